@@ -1,0 +1,230 @@
+"""The SimPy processes of one inference engine.
+
+* The GPU is a :class:`simpy.Resource` of capacity one, held by the scheduler
+  for each busy period.
+* The kmax pool is a :class:`simpy.Container` of slots.  A gatekeeper process
+  takes a slot for the head of the FIFO waiting line, then starts the
+  request's process.
+* Each request is a process that waits for its prefill phase, then its decode
+  phase, then gives its slot back: it is woken at those two boundaries only.
+* The scheduler process forms each iteration's batch with the policy under the
+  token budget and yields a timeout of ``t_b``.  When the policy is stationary
+  and the next ``k`` iterations are provably identical (nothing is admitted,
+  finishes or changes phase before the last of them starts), it yields one
+  timeout of ``k * t_b`` instead (exact skip-ahead).
+
+Order of events at one instant (SPEC section 2): before choosing a batch the
+scheduler waits for an *end-of-instant* event, scheduled behind every ordinary
+event at the current time, so progress, releases, admissions and arrivals of
+that instant are all settled first.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Deque, Dict, Generator, Iterable, Optional, Tuple
+
+import simpy
+
+from .clock import to_ticks
+from .latency import LatencyModel, Staircase
+from .metrics import Recorder
+from .policies import BUILTIN, Policy
+from .residents import Residents, check_plan
+from .state import Resident
+from . import validation
+
+#: SimPy runs URGENT (0) before NORMAL (1) events; this comes after both.
+END_OF_INSTANT = 2
+UNLIMITED = sys.maxsize
+
+
+class Stalled(ValueError):
+    """The policy formed an empty batch while residents still have work."""
+
+
+class Engine:
+    """One inference server in a SimPy environment."""
+
+    def __init__(self, env: simpy.Environment, policy: Policy, *, bmax: Optional[int] = 128,
+                 kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
+                 recorder: Optional[Recorder] = None, until: Optional[int] = None,
+                 skip_ahead: bool = True, name: str = "engine") -> None:
+        self.env = env
+        self.name = name
+        self.policy = policy
+        self.bmax = validation.optional_positive_int("bmax", bmax)
+        self.kmax = validation.optional_positive_int("kmax", kmax)
+        self.budget = UNLIMITED if bmax is None else bmax
+        self.latency = latency if latency is not None else Staircase()
+        if not callable(getattr(self.latency, "batch_time", None)):
+            raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
+                             f"method; got {self.latency!r}")
+        self.recorder = recorder if recorder is not None else Recorder(self.budget)
+        self.until = until
+        self.skip_ahead = skip_ahead and policy.stationary
+        slots = float("inf") if kmax is None else kmax
+        self.gpu = simpy.Resource(env, capacity=1)
+        self.pool = simpy.Container(env, capacity=slots, init=slots)
+        self.waiting: Deque[Resident] = deque()
+        self.residents = Residents()
+        self._check = not isinstance(policy, tuple(BUILTIN.values()))
+        self._ticks: Dict[Tuple[int, int, int], int] = {}
+        self._arrival: Optional[simpy.Event] = None
+        self._wake: Optional[simpy.Event] = None
+        env.process(self._gatekeeper())
+        env.process(self._scheduler())
+
+    # -- what the outside sees -------------------------------------------
+    def submit(self, r: Resident) -> None:
+        """``r`` arrives now and joins the waiting line."""
+        validation.nonnegative_int("prefill", r.vp)
+        validation.positive_int("decode", r.vd)
+        if not self.policy.chunked and r.vp > self.budget:
+            raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
+                             f"fit bmax={self.budget} with chunked=false; allowed: prompts "
+                             f"<= bmax, or chunked=true")
+        r.arrival = self.env.now
+        self.recorder.arrive(r.arrival, r.vp + r.vd)
+        self.waiting.append(r)
+        if self._arrival is not None and not self._arrival.triggered:
+            self._arrival.succeed()
+
+    @property
+    def pending(self) -> int:
+        """Requests in the system: residents plus waiting."""
+        return self.recorder.pending
+
+    @property
+    def backlog(self) -> int:
+        """Unprocessed tokens of all requests in the system, now."""
+        self.recorder.commit(self.env.now)
+        return self.recorder.backlog
+
+    # -- processes -------------------------------------------------------
+    def _gatekeeper(self) -> Generator[simpy.Event, object, None]:
+        waiting = self.waiting
+        while True:
+            if not waiting:
+                self._arrival = self.env.event()
+                yield self._arrival
+            yield self.pool.get(1)
+            self._admit(waiting.popleft())
+
+    def _admit(self, r: Resident) -> None:
+        env = self.env
+        self.residents.admit(r, env.now)
+        if r.prefill_left > 0:
+            r.on_prefilled = env.event()
+        if r.on_finished is None:
+            r.on_finished = env.event()
+        env.process(self._request(r))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _request(self, r: Resident) -> Generator[simpy.Event, object, None]:
+        """One request's life after admission: prefill, decode, release."""
+        if r.on_prefilled is not None:
+            yield r.on_prefilled
+        yield r.on_finished
+        yield self.pool.put(1)
+
+    def _end_of_instant(self) -> simpy.Event:
+        event = simpy.Event(self.env)
+        event._ok = True  # a triggered event, as Environment.run builds its own
+        event._value = None
+        self.env.schedule(event, END_OF_INSTANT)
+        return event
+
+    def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
+        key = (decode, prefill, requests)
+        t = self._ticks.get(key)
+        if t is None:
+            t = to_ticks(self.latency.batch_time(decode, prefill, requests))
+            if t <= 0:
+                raise ValueError(f"latency model {self.latency!r} gave a batch time <= 0 "
+                                 f"for {decode} decode + {prefill} prefill tokens; "
+                                 "allowed: > 0 seconds")
+            if len(self._ticks) > 100_000:
+                self._ticks.clear()
+            self._ticks[key] = t
+        return t
+
+    def _repeats(self, plan, t: int) -> int:
+        """How many identical iterations the scheduler may run as one."""
+        env = self.env
+        k = self.residents.repeats(plan)
+        if k > 1 and self.pool.level >= 1:
+            # a free slot: an arrival could be admitted and change the next batch
+            nxt = env.peek()
+            if nxt != float("inf"):
+                k = min(k, -(-(nxt - env.now) // t))
+        if k > 1 and self.until is not None:
+            k = min(k, (self.until - env.now - 1) // t)
+        return max(k, 1)
+
+    def _scheduler(self) -> Generator[simpy.Event, object, None]:
+        env, residents, recorder = self.env, self.residents, self.recorder
+        policy, budget = self.policy, self.budget
+        gpu_request = None
+        while True:
+            if env.peek() == env.now:
+                yield self._end_of_instant()
+            if not len(residents):
+                if gpu_request is not None:
+                    self.gpu.release(gpu_request)
+                    gpu_request = None
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            if gpu_request is None:
+                gpu_request = self.gpu.request()
+                yield gpu_request
+                continue
+            residents.settle()
+            plan = policy(residents, budget)
+            if self._check:
+                check_plan(plan, residents, budget, policy.name)
+            if not plan:
+                raise Stalled(f"policy {policy.name!r} formed an empty batch at "
+                              f"t={env.now / 1e9:.6f} s while {len(residents)} residents "
+                              "have work; the run can never make progress")
+            decode = len(plan.decode)
+            prefill = 0
+            for _, tokens in plan.prefill:
+                prefill += tokens
+            requests = decode + len(plan.prefill)
+            t = self._batch_ticks(decode, prefill, requests)
+            k = self._repeats(plan, t) if self.skip_ahead else 1
+            start = env.now
+            recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
+            yield env.timeout(k * t)
+            prefilled, finished = residents.apply(plan, k, start, t)
+            now = env.now
+            recorder.commit(now)
+            for r in prefilled:
+                r.on_prefilled.succeed()
+            for r in finished:
+                recorder.finish(now, r)
+                r.on_finished.succeed()
+
+
+def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
+         until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
+    """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
+    at their times, numbering requests from 0 in arrival order."""
+    rid = 0
+    for arrival in arrivals:
+        at = to_ticks(arrival[0])
+        if until is not None and at >= until:
+            return
+        if at < env.now:
+            raise ValueError(f"arrival times must not decrease: request {rid} arrives at "
+                             f"{arrival[0]} s, after {env.now / 1e9} s")
+        if at > env.now:
+            yield env.timeout(at - env.now)
+        klass = arrival[3] if len(arrival) > 3 else None
+        engine.submit(Resident(rid, arrival[1], arrival[2], klass))
+        rid += 1

@@ -1,0 +1,107 @@
+"""What a scheduling policy sees and what it returns.
+
+A policy reads a :class:`View`: the residents whose prefill is done
+(``decoding``) and those with prefill left (``prefilling``), each in admission
+order.  It returns a :class:`Plan`: the decoders that get one token and the
+prefill chunks, as ``(resident, tokens)`` pairs.  Both engines hand policies
+objects with these two attributes, and :func:`make_view` builds one by hand for
+tests and notebooks.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+
+_NO_CLOCK: List[int] = [0]
+
+
+class Resident:
+    """One request holding a slot in an engine.
+
+    ``decode_left`` is derived from ``end_mark`` and a clock shared by all
+    residents of an engine: the fast engine advances every decoder at once by
+    ticking the clock instead of touching each resident.
+    """
+
+    __slots__ = ("rid", "seq", "klass", "vp", "vd", "prefill_left", "end_mark", "clock",
+                 "arrival", "admitted", "prefill_done", "first_token", "finished",
+                 "on_prefilled", "on_finished")
+
+    def __init__(self, rid: int, vp: int, vd: int, klass: Hashable = None,
+                 arrival: int = 0, seq: int = 0) -> None:
+        self.rid = rid
+        self.seq = seq
+        self.klass = klass
+        self.vp = vp
+        self.vd = vd
+        self.prefill_left = vp
+        self.clock = _NO_CLOCK
+        self.end_mark = vd
+        self.arrival = arrival
+        self.admitted: Optional[int] = None
+        self.prefill_done: Optional[int] = None
+        self.first_token: Optional[int] = None
+        self.finished: Optional[int] = None
+        self.on_prefilled = None
+        self.on_finished = None
+
+    @property
+    def decode_left(self) -> int:
+        """Decode tokens this request still has to produce."""
+        return self.end_mark - self.clock[0]
+
+    @decode_left.setter
+    def decode_left(self, value: int) -> None:
+        self.end_mark = value + self.clock[0]
+
+    def __repr__(self) -> str:
+        return (f"Resident(rid={self.rid}, prefill_left={self.prefill_left}, "
+                f"decode_left={self.decode_left})")
+
+
+class View(Protocol):
+    """The residents of one engine at the start of an iteration."""
+
+    decoding: Sequence[Resident]
+    prefilling: Sequence[Resident]
+
+
+class Plan(NamedTuple):
+    """One iteration's batch: a decode token for each of ``decode`` and the
+    prefill chunks ``(resident, tokens)`` of ``prefill``."""
+
+    decode: Sequence[Resident]
+    prefill: Sequence[Tuple[Resident, int]]
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prefill tokens in the batch."""
+        return sum(tokens for _, tokens in self.prefill)
+
+    @property
+    def tokens(self) -> int:
+        """All tokens in the batch."""
+        return len(self.decode) + self.prefill_tokens
+
+    def __bool__(self) -> bool:
+        return bool(self.decode) or bool(self.prefill)
+
+
+class SimpleView(NamedTuple):
+    """A hand-made :class:`View`."""
+
+    decoding: Sequence[Resident]
+    prefilling: Sequence[Resident]
+
+
+def make_view(residents: Sequence[Tuple[Hashable, int, int]],
+              classes: Optional[Sequence[Hashable]] = None) -> SimpleView:
+    """Build a view from ``(rid, prefill_left, decode_left)`` triples in
+    admission order, for testing policies without a simulation."""
+    decoding: List[Resident] = []
+    prefilling: List[Resident] = []
+    for seq, (rid, prefill_left, decode_left) in enumerate(residents):
+        klass = classes[seq] if classes is not None else None
+        r = Resident(rid, prefill_left, decode_left, klass=klass, seq=seq)
+        (prefilling if prefill_left > 0 else decoding).append(r)
+    return SimpleView(decoding, prefilling)

@@ -1,0 +1,71 @@
+"""Argument checks shared by the API, the CLI and the file readers.
+
+Every check raises :class:`ValueError` with a message that names the
+parameter, the value given and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def positive_int(name: str, value: Any) -> int:
+    """Return ``value`` if it is an integer >= 1."""
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def nonnegative_int(name: str, value: Any) -> int:
+    """Return ``value`` if it is an integer >= 0."""
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def optional_positive_int(name: str, value: Any) -> Optional[int]:
+    """Return ``value`` if it is ``None`` (unlimited) or an integer >= 1."""
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1 or None (unlimited), got {value!r}")
+    return value
+
+
+def positive_number(name: str, value: Any) -> float:
+    """Return ``value`` if it is a finite number > 0."""
+    if not _is_number(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def nonnegative_number(name: str, value: Any) -> float:
+    """Return ``value`` if it is a finite number >= 0."""
+    if not _is_number(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def fraction(name: str, value: Any) -> float:
+    """Return ``value`` if it is a number in [0, 1]."""
+    if not _is_number(value) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def choice(name: str, value: Any, allowed: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``allowed``."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
