@@ -59,11 +59,17 @@ class Recorder:
 
     # -- integrals -------------------------------------------------------
     def _advance(self, now: int) -> None:
+        """Integrate up to ``now``.  Maxima count only levels held for a
+        positive time, so events at one instant never show a passing spike."""
         span = now - self._t
         if span:
             self._pending_area += self.pending * span
             self._backlog_area += self.backlog * span
             self._t = now
+            if self.pending > self.pending_max:
+                self.pending_max = self.pending
+            if self.backlog > self.backlog_max:
+                self.backlog_max = self.backlog
 
     def _mark(self, now: int, backlog: Optional[int] = None) -> None:
         """Add a row to the pending/backlog series; rows at one instant collapse."""
@@ -83,10 +89,6 @@ class Recorder:
         self.arrivals += 1
         self.pending += 1
         self.backlog += tokens
-        if self.pending > self.pending_max:
-            self.pending_max = self.pending
-        if self.backlog > self.backlog_max:
-            self.backlog_max = self.backlog
         self._mark(now)
 
     def start_run(self, start: int, t: int, k: int, plan: Plan, decode: int,
@@ -157,6 +159,8 @@ class Recorder:
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``, the end of the observed span."""
         self._advance(end)
+        self.pending_max = max(self.pending_max, self.pending)
+        self.backlog_max = max(self.backlog_max, self.backlog)
 
     # -- results ---------------------------------------------------------
     def summary(self, end: int, waiting: int, residents: int) -> Dict[str, object]:

@@ -1,0 +1,6 @@
+"""The experiments the CLI can run, by name."""
+
+from .base import REGISTRY, Param, Scenario, register
+from . import point_c, single, trace  # noqa: F401  (registers them)
+
+__all__ = ["REGISTRY", "Param", "Scenario", "register"]

@@ -1,0 +1,132 @@
+"""The command line: the public contract of names, keys and files, and bad input."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from llmqueue.cli import main
+
+KEYS = {"label", "arrivals", "completed", "pending_mean", "pending_max", "pending_final",
+        "backlog_mean", "backlog_max", "backlog_final", "batches", "decode_batch_mean",
+        "mixed_fraction", "decode_only_fraction", "prefill_only_fraction", "busy_fraction",
+        "throughput_tokens_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99",
+        "e2e_mean"}
+
+
+def run_json(capsys, *argv):
+    assert main(list(argv) + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_list_names_scenarios_and_schedulers(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    names = {line.split()[1] for line in out}
+    assert {"point-c", "single", "trace", "sarathi", "orca", "vllm",
+            "fastertransformer"} <= names
+
+
+def test_point_c_json_has_the_six_rows_and_every_key(capsys):
+    doc = run_json(capsys, "run", "point-c", "--horizon", "60")
+    assert doc["scenario"] == "point-c"
+    assert [r["label"] for r in doc["rows"]] == [
+        "sarathi-128", "orca-128", "vllm-128", "fastertransformer-128",
+        "fastertransformer-1024", "fastertransformer-whole"]
+    for row in doc["rows"]:
+        assert KEYS <= set(row)
+
+
+def test_one_scheduler_gives_one_row(capsys):
+    doc = run_json(capsys, "run", "point-c", "--scheduler", "orca", "--horizon", "30")
+    assert [r["label"] for r in doc["rows"]] == ["orca-128"]
+
+
+def test_single_takes_every_parameter(capsys):
+    doc = run_json(capsys, "run", "single", "--scheduler", "vllm", "--set", "bmax=256",
+                   "--set", "kmax=none", "--set", "arrival=poisson", "--set", "rate=2",
+                   "--set", "vp=50", "--set", "vd=20", "--set", "c=0.01", "--set", "a=0.02",
+                   "--set", "b0=64", "--set", "chunked=false", "--seed", "3",
+                   "--horizon", "20")
+    p = doc["params"]
+    assert (p["scheduler"], p["bmax"], p["kmax"], p["chunked"], p["b0"]) == \
+        ("vllm", 256, None, False, 64)
+    assert 20 <= doc["rows"][0]["arrivals"] <= 60  # Poisson(40)
+
+
+def test_log_files_follow_the_contract(tmp_path, capsys):
+    ts, bt, rq = (str(tmp_path / n) for n in ("ts.csv", "b.csv", "r.csv"))
+    assert main(["run", "single", "--horizon", "10", "--timeseries", ts, "--batches", bt,
+                 "--requests", rq]) == 0
+    with open(ts) as f:
+        assert next(csv.reader(f)) == ["time", "pending", "backlog"]
+    with open(bt) as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["start", "duration", "prefill_tokens", "decode_tokens",
+                             "requests", "members"]
+    first = rows[0]
+    assert first["members"] == "0:p128" and float(first["start"]) == pytest.approx(0.4675)
+    with open(rq) as f:
+        assert next(csv.reader(f)) == ["id", "arrival", "admitted", "prefill_done",
+                                       "first_token", "finished", "vp", "vd"]
+
+
+def test_trace_scenario_runs_until_every_request_finishes(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival,prefill,decode\n0.0,100,5\n0.1,20,3\n")
+    doc = run_json(capsys, "run", "trace", "--set", f"path={path}")
+    assert doc["rows"][0]["completed"] == 2 and doc["rows"][0]["pending_final"] == 0
+
+
+def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mypolicy.py").write_text(textwrap.dedent("""
+        from llmqueue import Plan
+        def decode_first_whole(view, budget):
+            decode = view.decoding[:budget]
+            left = budget - len(decode)
+            chunks = []
+            for r in view.prefilling:
+                if r.prefill_left <= left:
+                    chunks.append((r, r.prefill_left)); left -= r.prefill_left
+            return Plan(decode, chunks)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    doc = run_json(capsys, "run", "single", "--scheduler", "mypolicy:decode_first_whole", "--set", "bmax=512",
+                   "--horizon", "30")
+    assert doc["rows"][0]["batches"] > 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "single", "--set", "kmax=0"], "kmax must be an integer >= 1"),
+    (["run", "single", "--set", "gap=-1"], "gap must be a finite number > 0"),
+    (["run", "single", "--scheduler", "fifo"], "scheduler must be one of sarathi"),
+    (["run", "nowhere"], "scenario must be one of point-c"),
+    (["run", "single", "--set", "bmax=lots"], "bmax must be an integer or none"),
+    (["run", "single", "--set", "colour=red"], "single has no parameter 'colour'"),
+    (["run", "single", "--horizon", "-5"], "--horizon must be a number > 0"),
+    (["run", "trace"], "path must name a CSV file"),
+    (["run", "trace", "--set", "path=/no/such.csv"], "cannot read"),
+    (["run", "single", "--set", "vp=2000", "--set", "chunked=false"], "can never fit"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(argv, fragment):
+    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
+                          text=True, cwd=os.path.dirname(__file__))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_trace_row_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("arrival,prefill,decode\n0.0,100,5\n0.5,abc,3\n")
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "run", "trace", "--set",
+                           f"path={path}"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"{path}:3:" in proc.stderr
