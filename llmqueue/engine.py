@@ -211,6 +211,16 @@ class Engine:
                 r.on_finished.succeed()
 
 
+def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]
+                   ) -> Generator[simpy.Event, object, None]:
+    """A process that snapshots ``recorder`` at each edge before the horizon
+    (the recorder adds the last one when it closes)."""
+    for edge in edges:
+        if edge > env.now:
+            yield env.timeout(edge - env.now)
+        recorder.snapshot(edge)
+
+
 def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
          until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
     """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .clock import to_seconds
+from .drift import edge_slope
 from .state import Plan, Resident
 
 BatchRow = Tuple[int, int, int, int, int, Tuple[int, ...], Tuple[Tuple[int, int], ...]]
@@ -56,6 +57,7 @@ class Recorder:
         self.batch_log: Optional[List[BatchRow]] = [] if batches else None
         self.request_log: Optional[List[Resident]] = [] if requests else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
+        self.windows: List[Tuple[int, int]] = []
 
     # -- integrals -------------------------------------------------------
     def _advance(self, now: int) -> None:
@@ -156,9 +158,16 @@ class Recorder:
             self.request_log.append(r)
         self._mark(now)
 
+    def snapshot(self, now: int) -> None:
+        """Note the backlog at ``now`` (a drift window edge)."""
+        self.commit(now)
+        self.windows.append((now, self.backlog))
+
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``, the end of the observed span."""
         self._advance(end)
+        if self.windows:
+            self.windows.append((end, self.backlog))
         self.pending_max = max(self.pending_max, self.pending)
         self.backlog_max = max(self.backlog_max, self.backlog)
 
@@ -167,6 +176,8 @@ class Recorder:
         """The summary figures of the ``--json`` contract (times in seconds)."""
         span = end
         ttft = _percentiles(self.ttft)
+        slope, slope_se = edge_slope([t for t, _ in self.windows],
+                                     [b for _, b in self.windows])
         tpot = _percentiles(self.tpot)
         return {
             "arrivals": self.arrivals,
@@ -192,6 +203,8 @@ class Recorder:
             "tpot_p50": tpot[0], "tpot_p90": tpot[1], "tpot_p99": tpot[2],
             "e2e_mean": float(np.mean(self.e2e)) if len(self.e2e) else None,
             "non_work_conserving_batches": self.wc_violations,
+            "backlog_slope": slope,
+            "backlog_slope_se": slope_se,
             "duration": to_seconds(span),
         }
 

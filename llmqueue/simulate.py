@@ -10,7 +10,8 @@ import numpy as np
 import simpy
 
 from .clock import to_seconds, to_ticks
-from .engine import Engine, feed
+from .drift import window_times
+from .engine import Engine, feed, sample_windows
 from .latency import LatencyModel
 from .metrics import BatchRow, Recorder
 from .policies import make_policy
@@ -110,6 +111,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead)
     env.process(feed(env, engine, workload, until))
+    if until is not None:
+        env.process(sample_windows(env, recorder, window_times(until)[:-1]))
     env.run(until=until)
     end = until if until is not None else env.now
     recorder.close(end)
