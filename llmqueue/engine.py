@@ -2,9 +2,10 @@
 
 * The GPU is a :class:`simpy.Resource` of capacity one, held by the scheduler
   for each busy period.
-* The kmax pool is a :class:`simpy.Container` of slots.  A gatekeeper process
-  takes a slot for the head of the FIFO waiting line, then starts the
-  request's process.
+* The kmax pool is a :class:`simpy.Container` of slots.  An arrival that finds
+  a free slot and nobody waiting takes it at once; otherwise it joins the FIFO
+  waiting line, whose head a gatekeeper process admits as slots come back.
+  Admission starts the request's process.
 * Each request is a process that waits for its prefill phase, then its decode
   phase, then gives its slot back: it is woken at those two boundaries only.
 * The scheduler process forms each iteration's batch with the policy under the
@@ -87,6 +88,10 @@ class Engine:
                              f"<= bmax, or chunked=true")
         r.arrival = self.env.now
         self.recorder.arrive(r.arrival, r.vp + r.vd)
+        if not self.waiting and self.pool.level >= 1:
+            self.pool.get(1)  # nobody is ahead: the slot is taken now
+            self._admit(r)
+            return
         self.waiting.append(r)
         if self._arrival is not None and not self._arrival.triggered:
             self._arrival.succeed()
