@@ -54,7 +54,6 @@ class Engine:
                  skip_ahead: bool = True, name: str = "engine") -> None:
         self.env = env
         self.name = name
-        self.policy = policy
         self.bmax = validation.optional_positive_int("bmax", bmax)
         self.kmax = validation.optional_positive_int("kmax", kmax)
         self.budget = UNLIMITED if bmax is None else bmax
@@ -62,6 +61,7 @@ class Engine:
         if not callable(getattr(self.latency, "batch_time", None)):
             raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
                              f"method; got {self.latency!r}")
+        self.policy = policy.for_engine(self.latency)
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
         self.skip_ahead = skip_ahead and policy.stationary

@@ -23,6 +23,7 @@ import importlib
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from . import validation
+from .latency import LatencyModel, Staircase, tokens_time
 from .state import Plan, Resident, SimpleView, View
 
 PlanFunction = Callable[[View, int], Plan]
@@ -83,6 +84,10 @@ class Policy:
 
     def __call__(self, view: View, budget: int) -> Plan:
         return self.plan(view, budget)
+
+    def for_engine(self, latency: LatencyModel) -> "Policy":
+        """The policy an engine with this latency model runs (most ignore it)."""
+        return self
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(chunked={self.chunked})"
@@ -149,6 +154,52 @@ class FasterTransformer(Policy):
         return Plan((), take_prefill(view.prefilling, budget, self.chunked))
 
 
+class StepFill(Policy):
+    """Decodes first, then prefill only up to the end of the latency step the
+    decodes already pay for; with nothing to decode, prefill fills the budget.
+
+    Crossing a step lengthens the iteration for every decoder.  When kmax caps
+    the decoders per batch, those extra prefill tokens do not pay for the lost
+    decode rate (SPEC 6.5): at point C with bmax = 1024 this rule keeps the
+    stable 29 + 99 shape that Sarathi-1024 abandons.
+    """
+
+    name = "step-fill"
+    stationary = True
+
+    def __init__(self, chunked: bool = True, latency: Optional[LatencyModel] = None) -> None:
+        super().__init__(chunked)
+        self.latency: LatencyModel = latency if latency is not None else Staircase()
+        self._ends: Dict[Tuple[int, int], int] = {}
+
+    def for_engine(self, latency: LatencyModel) -> "StepFill":
+        """This rule priced with the engine's own latency model."""
+        return self if latency == self.latency else StepFill(self.chunked, latency)
+
+    def step_end(self, decode: int, budget: int) -> int:
+        """Largest batch total <= ``budget`` that takes no longer than ``decode`` tokens."""
+        key = (decode, budget)
+        end = self._ends.get(key)
+        if end is None:
+            model = self.latency
+            if isinstance(model, Staircase):
+                end = min(budget, model.b0 * -(-decode // model.b0))
+            else:
+                limit = tokens_time(model, decode)
+                end = decode
+                while end < budget and tokens_time(model, end + 1) <= limit:
+                    end += 1
+            self._ends[key] = end
+        return end
+
+    def plan(self, view: View, budget: int) -> Plan:
+        decode = take_decodes(view.decoding, budget)
+        room = budget - len(decode)
+        if decode:
+            room = self.step_end(len(decode), budget) - len(decode)
+        return Plan(decode, take_prefill(view.prefilling, room, self.chunked))
+
+
 class FunctionPolicy(Policy):
     """A user's plain function ``f(view, budget) -> Plan`` as a policy."""
 
@@ -176,6 +227,11 @@ class ClassPriority(Policy):
         self.stationary = inner.stationary
         self.work_conserving = inner.work_conserving
 
+    def for_engine(self, latency: LatencyModel) -> "ClassPriority":
+        """The wrapper around the inner policy as the engine runs it."""
+        inner = self.inner.for_engine(latency)
+        return self if inner is self.inner else ClassPriority(inner, self.ranking)
+
     def _rank(self, klass: Hashable) -> int:
         try:
             return self.ranking.index(klass)
@@ -198,7 +254,8 @@ class ClassPriority(Policy):
         return Plan(decode, prefill)
 
 
-BUILTIN: Dict[str, type] = {cls.name: cls for cls in (Sarathi, Orca, VLLM, FasterTransformer)}
+BUILTIN: Dict[str, type] = {cls.name: cls for cls in (Sarathi, Orca, VLLM, FasterTransformer,
+                                                     StepFill)}
 _REGISTRY: Dict[str, Callable[..., Policy]] = dict(BUILTIN)
 
 
