@@ -185,10 +185,7 @@ class StepFill(Policy):
             if isinstance(model, Staircase):
                 end = min(budget, model.b0 * -(-decode // model.b0))
             else:
-                limit = tokens_time(model, decode)
-                end = decode
-                while end < budget and tokens_time(model, end + 1) <= limit:
-                    end += 1
+                end = _last_within(lambda b: tokens_time(model, b), decode, budget)
             self._ends[key] = end
         return end
 
@@ -198,6 +195,24 @@ class StepFill(Policy):
         if decode:
             room = self.step_end(len(decode), budget) - len(decode)
         return Plan(decode, take_prefill(view.prefilling, room, self.chunked))
+
+
+def _last_within(time: Callable[[int], float], start: int, stop: int) -> int:
+    """Largest ``b`` in ``[start, stop]`` with ``time(b) <= time(start)``, for a
+    non-decreasing ``time`` (galloping, then bisection)."""
+    limit = time(start)
+    low, step = start, 1
+    while low + step <= stop and time(low + step) <= limit:
+        low += step
+        step *= 2
+    high = min(low + step, stop + 1)  # time(high) > limit, or high is past stop
+    while high - low > 1:
+        middle = (low + high) // 2
+        if time(middle) <= limit:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 class FunctionPolicy(Policy):
