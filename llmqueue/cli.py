@@ -101,11 +101,18 @@ def cmd_run(args: argparse.Namespace) -> None:
         plot_pending(rows, args.plot, f"{scenario.name}: pending requests over time",
                      kmax=params.get("kmax"))
     summaries = [result.row(label) for label, result in rows]
+    checks = scenario.extra["checks"](rows) if "checks" in scenario.extra else []
     if args.json:
         shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
-        print(json.dumps({"scenario": scenario.name, "params": shown, "rows": summaries}))
+        doc = {"scenario": scenario.name, "params": shown, "rows": summaries}
+        if checks:
+            doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                             for c in checks]
+        print(json.dumps(doc))
     else:
         print(table(summaries))
+        for check in checks:
+            print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
