@@ -4,8 +4,8 @@
 * :func:`fit_staircase`: ``t = c + a * ceil(b / b0)`` by least squares in
   ``(c, a)`` for a given ``b0``, or, without one, for every whole ``b0`` from 1
   to the largest batch measured, keeping the one with the smallest squared
-  error (the largest such ``b0`` when several fit equally well, e.g. when every
-  sample sits on a multiple of the true step).
+  error (the smallest such ``b0`` when several fit equally well: measure
+  batches of many sizes, not only multiples of one step, or give ``b0``).
 
 Both report ``R^2 = 1 - SSE / SST``.  A negative intercept is not a batch
 time: the fit then forces ``c = 0`` (least squares through the origin).
@@ -90,13 +90,14 @@ def fit_staircase(tokens: Sequence[float], seconds: Sequence[float],
         candidates = [validation.positive_int("b0", b0)]
     else:
         candidates = list(range(1, int(x.max())))
+    tie = 1e-12 * float(((y - y.mean()) ** 2).sum())  # rounding noise in the SSE
     best: Optional[Tuple[float, int, float, float]] = None
     for step in candidates:
         steps = np.ceil(x / step)
         if steps.min() == steps.max():
             continue  # one step: the rise a is not determined
         c, a, sse = _line(steps, y)
-        if best is None or sse <= best[0] * (1 + 1e-9) + 1e-300:
+        if best is None or sse < best[0] - tie:
             best = (sse, step, c, a)
     if best is None:
         raise ValueError(f"b0={b0} puts every sample on one step of the staircase; "
