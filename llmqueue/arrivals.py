@@ -18,7 +18,7 @@ the number of times it can give (``None``: endless).
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class ArrivalLaw:
         return f"{type(self).__name__}({fields})"
 
 
-def _cumulate(gaps: "callable[[int], np.ndarray]") -> Iterator[float]:
+def _cumulate(gaps: Callable[[int], np.ndarray]) -> Iterator[float]:
     """Running sums of blocks of gaps."""
     t = 0.0
     while True:

@@ -134,11 +134,10 @@ class Empirical(SizeLaw):
     def __init__(self, values: Sequence[int]) -> None:
         data = np.asarray(values)
         if data.ndim != 1 or data.size == 0:
-            raise ValueError("values must be a non-empty list of token counts, "
-                             f"got {len(data) if data.ndim else data!r} values")
+            raise ValueError(f"values must be a non-empty list of token counts, got {values!r}")
         if not np.issubdtype(data.dtype, np.integer) or data.min() < 0:
-            raise ValueError("values must be whole token counts >= 0, got "
-                             f"{data.dtype} values with minimum {data.min()!r}")
+            raise ValueError(f"values must be whole token counts >= 0, got {data.dtype} "
+                             f"values from {data.min()!r} to {data.max()!r}")
         self._values = data.astype(np.int64)
         self.mean = float(self._values.mean())
 

@@ -11,7 +11,10 @@ Run:  python scenarios/custom_policy.py
 
 from __future__ import annotations
 
+from typing import Callable
+
 from llmqueue import Plan, Sarathi
+from llmqueue.state import View
 from llmqueue.report import table
 from llmqueue.scenarios import sarathi_demo as demo
 
@@ -20,9 +23,9 @@ THRESHOLDS = (4, 8, 12)       # K: decoders that make an iteration skip its pref
 SARATHI = Sarathi(chunk=CHUNK)
 
 
-def fast_track(k: int):
+def fast_track(k: int) -> Callable[[View, int], Plan]:
     """Sarathi, but decodes only while at least ``k`` residents are decoding."""
-    def policy(view, budget):
+    def policy(view: View, budget: int) -> Plan:
         if len(view.decoding) >= k:
             return Plan(view.decoding[:budget], [])
         return SARATHI(view, budget)

@@ -100,3 +100,14 @@ def test_custom_policy_script_runs():
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stderr
     assert "fast-track K=8" in proc.stdout and "sarathi" in proc.stdout
+
+
+@pytest.mark.parametrize("policy", [q.WholePrefill(), q.Sarathi(chunk=300)])
+@pytest.mark.parametrize("bmax", [None, 512])
+def test_demo_policies_match_the_reference_engine(policy, bmax):
+    from llmqueue.reference import run_reference
+    stream = demo.workload(count=80, seed=2)
+    fast = q.simulate(stream, policy, bmax=bmax, kmax=demo.KMAX, latency=q.StepModel(),
+                      batches=True)
+    batches, _ = run_reference(stream, policy, bmax=bmax, kmax=demo.KMAX, latency=q.StepModel())
+    assert fast.batch_log == batches
