@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
     run.add_argument("--requests", metavar="FILE", help="CSV of every request")
     run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    fit = sub.add_parser("fit", help="fit staircase and linear batch-time models to samples")
+    fit.add_argument("file", help="CSV with the header tokens,seconds")
+    fit.add_argument("--b0", type=int, help="staircase step width (default: searched)")
+    fit.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -97,11 +101,35 @@ def cmd_run(args: argparse.Namespace) -> None:
         plot_pending(rows, args.plot, f"{scenario.name}: pending requests over time",
                      kmax=params.get("kmax"))
     summaries = [result.row(label) for label, result in rows]
+    checks = scenario.extra["checks"](rows) if "checks" in scenario.extra else []
     if args.json:
         shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
-        print(json.dumps({"scenario": scenario.name, "params": shown, "rows": summaries}))
+        doc = {"scenario": scenario.name, "params": shown, "rows": summaries}
+        if checks:
+            doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                             for c in checks]
+        print(json.dumps(doc))
     else:
         print(table(summaries))
+        for check in checks:
+            print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    """Fit a staircase and a linear model to measured (tokens, seconds) samples."""
+    from .fit import fit_linear, fit_staircase, read_samples
+    tokens, seconds = read_samples(args.file)
+    stair, line = fit_staircase(tokens, seconds, args.b0), fit_linear(tokens, seconds)
+    if args.json:
+        print(json.dumps({"file": args.file, "samples": stair.samples,
+                          "staircase": stair.as_dict(), "linear": line.as_dict()}))
+        return
+    s, lin = stair.model, line.model
+    print(f"{stair.samples} samples from {args.file}")
+    print(f"staircase  t = {s.c * 1e3:.3f} ms + {s.a * 1e3:.3f} ms * ceil(b / {s.b0})"
+          f"   R^2 = {stair.r2:.4f}")
+    print(f"linear     t = {lin.c * 1e3:.3f} ms + {lin.per_token * 1e3:.5f} ms * b"
+          f"   R^2 = {line.r2:.4f}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -112,6 +140,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "list":
             cmd_list()
+        elif args.command == "fit":
+            cmd_fit(args)
         else:
             cmd_run(args)
     except (ValueError, OSError) as exc:

@@ -6,6 +6,7 @@ import os
 from typing import Optional, Sequence, Tuple
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -14,9 +15,11 @@ from .simulate import Result  # noqa: E402
 
 
 def plot_pending(rows: Sequence[Tuple[str, Result]], path: str, title: str,
-                 kmax: Optional[int] = None, log: bool = False) -> None:
+                 kmax: Optional[int] = None, log: bool = False,
+                 until: Optional[float] = None) -> None:
     """Pending requests over time, one step line per run; ``kmax`` drawn as a
-    dashed line (above it, requests wait for a slot)."""
+    dashed line (above it, requests wait for a slot); ``until`` cuts the time
+    axis (seconds)."""
     fig, ax = plt.subplots(figsize=(9, 5))
     for label, result in rows:
         t, pending, _ = result.timeseries()
@@ -29,8 +32,33 @@ def plot_pending(rows: Sequence[Tuple[str, Result]], path: str, title: str,
     ax.set_ylabel("pending requests (resident + waiting)")
     if log:
         ax.set_yscale("symlog", linthresh=10)
+        ax.set_ylim(bottom=0)
+    if until is not None:
+        ax.set_xlim(0, until)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=9)
+    save(fig, path)
+
+
+def plot_latency_cdfs(rows: Sequence[Tuple[str, Result]], path: str, title: str) -> None:
+    """Empirical CDFs of TTFT and TPOT of the finished requests, one line per
+    run, side by side on logarithmic time axes."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, key, name in ((axes[0], "ttft", "time to first token"),
+                          (axes[1], "tpot", "time per output token")):
+        for i, (label, result) in enumerate(rows):
+            values = np.sort(getattr(result, key))
+            if values.size:  # line styles keep coinciding curves apart
+                ax.step(values, np.arange(1, values.size + 1) / values.size, where="post",
+                        linestyle=("-", "--", "-.", ":")[i % 4], linewidth=2.2 - 0.3 * (i % 4),
+                        label=f"{label} (p99 {np.percentile(values, 99):.3g} s)")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name} (s, log scale)")
+        ax.set_ylabel("fraction of finished requests")
+        ax.set_title(name.capitalize())
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title)
     save(fig, path)
 
 

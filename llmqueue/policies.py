@@ -215,6 +215,27 @@ def _last_within(time: Callable[[int], float], start: int, stop: int) -> int:
     return low
 
 
+class WholePrefill(Policy):
+    """One resident's whole remaining prefill alone while any has prefill left,
+    else decodes (SPEC 6.6 baseline).
+
+    The first prefilling resident in admission order runs its remaining prompt
+    in one iteration, with no decode riding along; when no prompt is left, every
+    resident decodes.  Under a token budget a prompt longer than the budget is
+    cut at the budget (and, with ``chunked=False``, refused by the engine).
+    """
+
+    name = "whole-prefill"
+    stationary = True
+    mixed = False
+
+    def plan(self, view: View, budget: int) -> Plan:
+        if view.prefilling:
+            first = view.prefilling[0]
+            return Plan((), [(first, min(first.prefill_left, budget))])
+        return Plan(take_decodes(view.decoding, budget), ())
+
+
 class FunctionPolicy(Policy):
     """A user's plain function ``f(view, budget) -> Plan`` as a policy."""
 
@@ -272,6 +293,7 @@ class ClassPriority(Policy):
 BUILTIN: Dict[str, type] = {cls.name: cls for cls in (Sarathi, Orca, VLLM, FasterTransformer,
                                                      StepFill)}
 _REGISTRY: Dict[str, Callable[..., Policy]] = dict(BUILTIN)
+_REGISTRY[WholePrefill.name] = WholePrefill
 
 
 def register_policy(name: str, factory: Callable[..., Policy]) -> None:

@@ -29,6 +29,9 @@ class Result:
     batch_log: Optional[List[BatchRow]] = None
     request_log: Optional[List[Resident]] = None
     series: Optional[List[Tuple[int, int, int]]] = None
+    #: TTFT and TPOT (seconds) of every finished request, in finishing order
+    ttft: Optional[np.ndarray] = None
+    tpot: Optional[np.ndarray] = None
 
     def row(self, label: str) -> Dict[str, object]:
         """The summary as one row of the ``--json`` contract."""
@@ -124,4 +127,5 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
               "latency": repr(engine.latency), "horizon": horizon,
               "workload": getattr(workload, "description", repr(workload))}
-    return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series)
+    return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
+                  np.array(recorder.ttft), np.array(recorder.tpot))

@@ -2,18 +2,22 @@
 
 A workload is an iterable of :class:`Arrival` in time order (seconds).  Its
 ``count`` is the number of requests it yields, or ``None`` for an endless
-stream, which then needs a horizon.
+stream, which then needs a horizon.  :func:`compose` builds one from an
+arrival law (:mod:`llmqueue.arrivals`), two size laws (:mod:`llmqueue.sizes`),
+a count and a seed; :func:`renewal` and :func:`poisson` are its fixed-size
+shorthands, :func:`read_csv` replays a trace file (:mod:`llmqueue.traces`).
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
 from typing import Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from . import validation
+from .arrivals import BLOCK, ArrivalLaw, Poisson, Renewal
+from .sizes import SizeLike, as_law
 
 
 class Arrival(NamedTuple):
@@ -42,43 +46,61 @@ class Workload:
         return f"Workload({self.description})"
 
 
-def _sizes(prefill: int, decode: int) -> None:
-    validation.nonnegative_int("vp", prefill)
-    validation.positive_int("vd", decode)
+def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
+            count: Optional[int] = None, seed: int = 0, klass: Hashable = None,
+            description: Optional[str] = None) -> Workload:
+    """Requests whose times follow ``arrivals`` and whose sizes follow the
+    ``prefill`` and ``decode`` laws (a plain integer is a fixed size).
+
+    Same seed, same requests: ``numpy.random.SeedSequence(seed)`` gives the
+    arrival, prefill and decode draws three independent streams, so changing
+    one law never changes what the others draw.  The first ``n`` requests are
+    the same whatever ``count`` is.  A decode law that draws 0 gives 1
+    (a request has ``vd >= 1``).  ``count=None`` is an endless stream (which
+    needs a horizon) unless the arrival law is finite (a trace).
+    """
+    if not isinstance(arrivals, ArrivalLaw):
+        raise ValueError(f"arrivals must be an arrival law (Renewal, Poisson, Gamma, "
+                         f"TraceTimes), got {arrivals!r}")
+    prefill_law, decode_law = as_law("prefill", prefill), as_law("decode", decode)
+    validation.nonnegative_int("seed", seed)
+    if count is not None:
+        validation.positive_int("count", count)
+    if arrivals.count is not None:
+        count = arrivals.count if count is None else min(count, arrivals.count)
+
+    def make() -> Iterator[Arrival]:
+        streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
+        times = arrivals.times(streams[0])
+        while True:
+            vp = prefill_law.sample(streams[1], BLOCK).tolist()
+            vd = np.maximum(decode_law.sample(streams[2], BLOCK), 1).tolist()
+            for p, d, t in zip(vp, vd, times):
+                yield Arrival(t, p, d, klass)
+
+    text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
+                           f"seed={seed}")
+    return Workload(make, count, text)
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:
     """Arrivals at ``gap, 2*gap, 3*gap, ...`` (SPEC 2), each of fixed size."""
-    validation.positive_number("gap", gap)
-    _sizes(prefill, decode)
-    if count is not None:
-        validation.positive_int("count", count)
-
-    def make() -> Iterator[Arrival]:
-        for k in itertools.count(1):
-            yield Arrival(k * gap, prefill, decode)
-
-    return Workload(make, count, f"renewal gap={gap} s, {prefill}+{decode} tokens")
+    _check_sizes(prefill, decode)
+    return compose(Renewal(gap), prefill, decode, count,
+                   description=f"renewal gap={gap} s, {prefill}+{decode} tokens")
 
 
 def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
             count: Optional[int] = None) -> Workload:
-    """Poisson arrivals at ``rate`` per second from a seeded numpy generator."""
-    validation.positive_number("rate", rate)
-    _sizes(prefill, decode)
-    validation.nonnegative_int("seed", seed)
-    if count is not None:
-        validation.positive_int("count", count)
+    """Poisson arrivals at ``rate`` per second, each of fixed size, seeded."""
+    _check_sizes(prefill, decode)
+    return compose(Poisson(rate), prefill, decode, count, seed,
+                   description=f"poisson rate={rate}/s, {prefill}+{decode} tokens, seed={seed}")
 
-    def make() -> Iterator[Arrival]:
-        rng = np.random.default_rng(seed)
-        t = 0.0
-        while True:
-            for gap in rng.exponential(1.0 / rate, 4096).tolist():
-                t += gap
-                yield Arrival(t, prefill, decode)
 
-    return Workload(make, count, f"poisson rate={rate}/s, {prefill}+{decode} tokens, seed={seed}")
+def _check_sizes(prefill: int, decode: int) -> None:
+    validation.nonnegative_int("vp", prefill)
+    validation.positive_int("vd", decode)
 
 
 def from_list(rows: Iterable[Sequence]) -> Workload:
@@ -98,39 +120,9 @@ def from_list(rows: Iterable[Sequence]) -> Workload:
 
 
 def read_csv(path: str) -> Workload:
-    """Requests from a CSV file with the header ``arrival,prefill,decode[,class]``
-    (seconds, tokens, tokens).  A malformed row is an error naming the file and line."""
-    rows = []
-    try:
-        handle = open(path, newline="")
-    except OSError as exc:
-        raise ValueError(f"path: cannot read {path!r}: {exc.strerror}") from None
-    with handle:
-        reader = csv.reader(handle)
-        header = [h.strip() for h in next(reader, [])]
-        if header[:3] != ["arrival", "prefill", "decode"]:
-            raise ValueError(f"{path}:1: header must be arrival,prefill,decode[,class]; "
-                             f"got {','.join(header)!r}")
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            try:
-                if len(row) != len(header):
-                    raise ValueError(f"expected {len(header)} fields, got {len(row)}")
-                values = [float(row[0]), _int(row[1]), _int(row[2])]
-                if len(row) == 4:
-                    values.append(row[3].strip())
-                rows.append(values)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{line}: {exc}") from None
-    try:
-        return from_list(rows)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-
-
-def _int(text: str) -> int:
-    value = float(text)
-    if not value.is_integer():
-        raise ValueError(f"token count must be a whole number, got {text!r}")
-    return int(value)
+    """Requests from a trace file: the generic CSV ``arrival,prefill,decode[,class]``
+    (seconds, tokens, tokens) or the Azure LLM inference 2023 format, told apart
+    by the header (see :mod:`llmqueue.traces`).  A malformed row is an error
+    naming the file and line."""
+    from .traces import read_trace
+    return read_trace(path).workload()

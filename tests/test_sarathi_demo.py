@@ -1,0 +1,113 @@
+"""SPEC 6.6: the whole-prefill baseline, the chunked side and the demo's checks."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import llmqueue as q
+from llmqueue.cli import main
+from llmqueue.scenarios import sarathi_demo as demo
+from llmqueue.simulate import Result
+from invariants import check_run
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def shape(plan):
+    return ([r.rid for r in plan.decode], [(r.rid, n) for r, n in plan.prefill])
+
+
+def test_whole_prefill_runs_one_whole_prompt_alone():
+    policy = q.make_policy("whole-prefill")
+    view = q.make_view([("A", 0, 5), ("B", 0, 5), ("C", 2000, 9), ("D", 50, 9)])
+    assert shape(policy(view, 10**9)) == ([], [("C", 2000)])
+    assert shape(policy(q.make_view([("A", 0, 5), ("B", 0, 1)]), 10**9)) == (["A", "B"], [])
+    # under a budget a long prompt is cut at the budget, still alone
+    assert shape(policy(view, 512)) == ([], [("C", 512)])
+
+
+def test_demo_rows_obey_the_rules_and_their_shapes():
+    stream = demo.workload(count=60, seed=4)
+    for policy, label in ((q.WholePrefill(), "whole"), (q.Sarathi(chunk=256), "chunked")):
+        r = demo.serve(stream, policy, batches=True, requests=True)
+        check_run(r, None, demo.KMAX)
+        assert r.summary["completed"] == 60
+        for b in r.batches():
+            if label == "whole":  # one prompt alone, or decodes only
+                assert (len(b["prefill"]) == 1 and not b["decode"]) or not b["prefill"]
+            else:
+                assert b["prefill_tokens"] <= 256
+        out = sum(a.decode for a in stream)
+        assert r.summary["output_tokens_per_s"] == pytest.approx(out / r.summary["duration"])
+
+
+def fake(**figures):
+    base = {"tpot_p99": 0.02, "ttft_p99": 10.0, "output_tokens_per_s": 800.0,
+            "completed": 300, "arrivals": 300}
+    return Result({**base, **figures})
+
+
+@pytest.mark.parametrize("chunked, passed", [
+    ({"tpot_p99": 0.0189}, [True, True, True, True]),          # 5.5% lower
+    ({"tpot_p99": 0.0191}, [False, True, True, True]),         # only 4.5% lower
+    ({"tpot_p99": 0.01, "ttft_p99": 14.01}, [True, False, True, True]),
+    ({"tpot_p99": 0.01, "output_tokens_per_s": 679.0}, [True, True, False, True]),
+    ({"tpot_p99": 0.01, "completed": 299}, [True, True, True, False]),
+])
+def test_the_four_checks_apply_spec_thresholds(chunked, passed):
+    checks = demo.checks([("whole-prefill", fake()), ("chunked", fake(**chunked))])
+    assert [c.passed for c in checks] == passed
+
+
+@pytest.fixture(scope="module")
+def spec_run():
+    params = demo.SCENARIO.resolve({})
+    return demo.checks(demo.run(params, None, demo.SEED))
+
+
+def test_spec_demo_ttft_throughput_and_completion_hold(spec_run):
+    assert [c.passed for c in spec_run[1:]] == [True, True, True], spec_run
+
+
+@pytest.mark.xfail(strict=True, reason="SPEC 6.6 expects TPOT p99 >5% lower with chunking; "
+                   "under the additive step model at 8 req/s with kmax=16 (overloaded) "
+                   "piggybacking saves only the 5 ms base per merged iteration: about 1% "
+                   "measured (see README)")
+def test_spec_demo_tpot_gain_exceeds_five_percent(spec_run):
+    assert spec_run[0].passed, spec_run[0]
+
+
+def test_sarathi_demo_cli_json_contract(capsys):
+    assert main(["run", "sarathi-demo", "--set", "count=40", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in doc["rows"]] == ["whole-prefill", "chunked"]
+    assert len(doc["checks"]) == 4 and {"name", "passed", "detail"} <= set(doc["checks"][0])
+    assert all(r["completed"] == 40 for r in doc["rows"])
+
+
+def test_sarathi_demo_cli_prints_pass_fail(capsys):
+    assert main(["run", "sarathi-demo", "--set", "count=40"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith(("PASS", "FAIL")) for line in lines) == 4
+
+
+def test_custom_policy_script_runs():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scenarios", "custom_policy.py")],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
+    assert "fast-track K=8" in proc.stdout and "sarathi" in proc.stdout
+
+
+@pytest.mark.parametrize("policy", [q.WholePrefill(), q.Sarathi(chunk=300)])
+@pytest.mark.parametrize("bmax", [None, 512])
+def test_demo_policies_match_the_reference_engine(policy, bmax):
+    from llmqueue.reference import run_reference
+    stream = demo.workload(count=80, seed=2)
+    fast = q.simulate(stream, policy, bmax=bmax, kmax=demo.KMAX, latency=q.StepModel(),
+                      batches=True)
+    batches, _ = run_reference(stream, policy, bmax=bmax, kmax=demo.KMAX, latency=q.StepModel())
+    assert fast.batch_log == batches
