@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from . import scenarios
+from . import scenarios, sweep_cli
 from .policies import make_policy, policy_names
 from .report import table
 from .scenarios.base import Rows, Scenario
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
     run.add_argument("--requests", metavar="FILE", help="CSV of every request")
     run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    sweep_cli.add_parsers(sub)
     return parser
 
 
@@ -112,6 +113,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "list":
             cmd_list()
+        elif hasattr(args, "handler"):
+            args.handler(args)
         else:
             cmd_run(args)
     except (ValueError, OSError) as exc:
