@@ -1,9 +1,9 @@
 """Sweeps: every combination of a parameter grid, times replicates, on any
 executor with the :class:`concurrent.futures.Executor` interface.
 
-Each run gives tidy rows: the grid point (a column per grid key, then
-``scheduler``), the replicate index and its seed, the horizon and warm-up,
-the scenario's row label, every summary figure of the ``--json`` contract,
+Each run gives tidy rows: the grid point (a column per grid key, then one
+per fixed parameter, then ``scheduler``), the replicate index and its seed, the horizon and warm-up,
+the scenario's name and row label, every summary figure of the ``--json`` contract,
 and the run's wall time.  With ``out`` the rows are appended to a CSV file and
 flushed as each run finishes, so an interrupted sweep keeps every finished
 run; ``resume`` skips the runs already in that file.
@@ -29,7 +29,7 @@ from .stats import aggregate
 Row = Dict[str, object]
 
 #: Columns between the grid point and the figures, in this order.
-RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "label")
+RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
     for name in checked.get("scheduler", []):
         if name is not None:
             make_policy(name)  # fail before any run on an unknown scheduler
-    order = [k for k in checked if k != "scheduler"] + ["scheduler"]
+    order = [k for k in checked if k != "scheduler"] + list(fixed_values) + ["scheduler"]
     defaults = scen.resolve({})
     tasks = []
     for values in grids.expand({k: checked[k] for k in order if k in checked}):
@@ -98,7 +98,7 @@ def run_task(task: Task) -> List[Row]:
     results = task.scenario.run(task.params, task.horizon, task.seed, **logs)
     wall = time.perf_counter() - start
     head = {**task.point, "replicate": task.replicate, "seed": task.seed,
-            "horizon": task.horizon, "warmup": task.warmup}
+            "horizon": task.horizon, "warmup": task.warmup, "scenario": task.scenario.name}
     return [{**head, **result.row(label), "wall_time": wall} for label, result in results]
 
 
@@ -176,10 +176,7 @@ def summarize(rows: Sequence[Row]) -> List[Row]:
         return []
     columns = list(rows[0])
     keys = point_columns(columns) + ["label"]
-    figures = [c for c in figure_columns(columns)
-               if any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
-                      for r in rows)]
-    return aggregate(rows, keys, figures)
+    return aggregate(rows, keys, figure_columns(columns))
 
 
 def varying(points: Sequence[Row], skip: Sequence[str] = ()) -> List[str]:
@@ -290,7 +287,11 @@ def _done_runs(path: str, tasks: Sequence[Task]) -> Dict[Tuple[str, ...], List[R
         if "replicate" not in names or point_columns(names) != list(tasks[0].point):
             raise ValueError(f"out: {path} is not a sweep over "
                              f"{', '.join(tasks[0].point)}; write to a new file")
+        name = tasks[0].scenario.name
         for row in reader:
+            if row.get("scenario") != name:
+                raise ValueError(f"out: {path} is not a sweep of {name} (it holds "
+                                 f"{row.get('scenario')}); write to a new file")
             key = tuple(row[c] for c in (*names[:width], "replicate", "seed", "horizon",
                                            "warmup"))
             if key in wanted:
