@@ -56,9 +56,11 @@ def check_columns(rows: Sequence[Row], keys: Sequence[str], y: str) -> None:
 
 
 def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str] = None,
-               title: Optional[str] = None) -> None:
+               title: Optional[str] = None,
+               theory: Optional[Tuple[Sequence[float], Sequence[float], str]] = None) -> None:
     """``y`` against ``x``: the mean over seeds with its 95% confidence band, one
-    line per value of ``hue`` and of every other grid key that varies."""
+    line per value of ``hue`` and of every other grid key that varies;
+    ``theory`` is an ``(xs, ys, label)`` curve drawn dashed beside them."""
     check_columns(rows, [x] + ([hue] if hue else []), y)
     points = summarize(rows)
     keys = varying(points, skip=[x])
@@ -79,6 +81,9 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str
         (line,) = ax.plot(xs, mean, marker="o", linewidth=1.5, label=name)
         ax.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2,
                         linewidth=0)
+    if theory is not None:
+        ax.plot(theory[0], theory[1], color="black", linestyle="--", linewidth=1.2,
+                label=theory[2])
     n = sorted({p["n"] for p in points})
     seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
     ax.set_title(title or f"{y} against {x}: mean over {seeds} seeds, 95% confidence band")

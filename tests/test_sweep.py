@@ -138,7 +138,8 @@ def test_intervals_cover_the_poisson_mean_at_about_95_percent():
 
 @pytest.mark.slow
 def test_intervals_cover_the_poisson_mean_long():
-    assert 0.94 <= coverage(2000, 5, horizon=20.0, warmup=5.0) <= 0.96
+    # 2000 intervals: binomial sd 0.49%, the bound is 3 sd
+    assert 0.935 <= coverage(2000, 5, horizon=20.0, warmup=5.0) <= 0.965
 
 
 def test_bad_sweeps_are_value_errors():
