@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from . import scenarios
+from . import scenarios, sweep_cli
 from .policies import make_policy, policy_names
 from .report import table
 from .scenarios.base import Rows, Scenario
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("file", help="CSV with the header tokens,seconds")
     fit.add_argument("--b0", type=int, help="staircase step width (default: searched)")
     fit.add_argument("--json", action="store_true", help="print one JSON object")
+    sweep_cli.add_parsers(sub)
     return parser
 
 
@@ -142,6 +143,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             cmd_list()
         elif args.command == "fit":
             cmd_fit(args)
+        elif hasattr(args, "handler"):
+            args.handler(args)
         else:
             cmd_run(args)
     except (ValueError, OSError) as exc:

@@ -226,6 +226,13 @@ def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[i
         recorder.snapshot(edge)
 
 
+def restart_at(env: simpy.Environment, recorder: Recorder, at: int
+               ) -> Generator[simpy.Event, object, None]:
+    """A process that restarts ``recorder`` at ``at`` (warm-up deletion)."""
+    yield env.timeout(at - env.now)
+    recorder.restart(at)
+
+
 def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
          until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
     """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``

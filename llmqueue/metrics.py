@@ -38,6 +38,7 @@ class Recorder:
         self.pending_max = 0
         self.backlog_max = 0
         self._t = 0
+        self._origin = 0
         self._pending_area = 0
         self._backlog_area = 0
         self.batches = 0
@@ -163,6 +164,22 @@ class Recorder:
         self.commit(now)
         self.windows.append((now, self.backlog))
 
+    def restart(self, now: int) -> None:
+        """Forget everything before ``now`` (warm-up deletion) but the current
+        pending and backlog levels: counts, integrals, maxima, batch counters
+        and latencies start afresh, and time averages run over ``[now, end]``.
+        The logs (batches, requests, series) are kept whole."""
+        self.commit(now)
+        self._advance(now)
+        self._origin = now
+        self._pending_area = self._backlog_area = 0
+        self.pending_max = self.backlog_max = 0  # levels count once held after now
+        self.arrivals = self.completed = 0
+        self.batches = self.decode_batches = self.decode_tokens = self.prefill_tokens = 0
+        self.mixed = self.decode_only = self.prefill_only = self.busy = 0
+        self.wc_violations = 0
+        self.ttft, self.tpot, self.e2e = array("d"), array("d"), array("d")
+
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``, the end of the observed span."""
         self._advance(end)
@@ -173,8 +190,9 @@ class Recorder:
 
     # -- results ---------------------------------------------------------
     def summary(self, end: int, waiting: int, residents: int) -> Dict[str, object]:
-        """The summary figures of the ``--json`` contract (times in seconds)."""
-        span = end
+        """The summary figures of the ``--json`` contract (times in seconds),
+        over ``[origin, end]`` (origin 0 unless :meth:`restart` moved it)."""
+        span = end - self._origin
         ttft = _percentiles(self.ttft)
         slope, slope_se = edge_slope([t for t, _ in self.windows],
                                      [b for _, b in self.windows])

@@ -11,7 +11,7 @@ import simpy
 
 from .clock import to_seconds, to_ticks
 from .drift import window_times
-from .engine import Engine, feed, sample_windows
+from .engine import Engine, feed, restart_at, sample_windows
 from .latency import LatencyModel
 from .metrics import BatchRow, Recorder
 from .policies import make_policy
@@ -94,18 +94,23 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
              kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
              chunked: bool = True, horizon: Optional[float] = None, batches: bool = False,
              requests: bool = False, timeseries: bool = False,
-             skip_ahead: bool = True) -> Result:
+             skip_ahead: bool = True, warmup: float = 0.0) -> Result:
     """Simulate one engine serving ``workload``.
 
     The run ends at ``horizon`` seconds, or, without one, when every request of
     a finite workload has arrived and finished.  ``batches``, ``requests`` and
-    ``timeseries`` keep the logs of those names.
+    ``timeseries`` keep the logs of those names.  ``warmup`` seconds at the
+    start are left out of the summary (warm-up deletion): its figures, and
+    the backlog drift windows, cover ``[warmup, horizon]``.
     """
     if horizon is not None:
         validation.positive_number("horizon", horizon)
     elif getattr(workload, "count", None) is None:
         raise ValueError("horizon must be given for an endless arrival stream "
                          "(or give the workload a count)")
+    validation.nonnegative_number("warmup", warmup)
+    if warmup and (horizon is None or warmup >= horizon):
+        raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")
     pol = make_policy(policy, chunked=chunked)
     env = simpy.Environment()
     until = to_ticks(horizon) if horizon is not None else None
@@ -115,7 +120,11 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
                     until=until, skip_ahead=skip_ahead)
     env.process(feed(env, engine, workload, until))
     if until is not None:
-        env.process(sample_windows(env, recorder, window_times(until)[:-1]))
+        origin = to_ticks(warmup)
+        if origin:
+            env.process(restart_at(env, recorder, origin))
+        edges = [origin + edge for edge in window_times(until - origin)[:-1]]
+        env.process(sample_windows(env, recorder, edges))
     env.run(until=until)
     end = until if until is not None else env.now
     recorder.close(end)
@@ -125,7 +134,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     summary = recorder.summary(end, waiting=len(engine.waiting),
                                residents=len(engine.residents))
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
-              "latency": repr(engine.latency), "horizon": horizon,
+              "latency": repr(engine.latency), "horizon": horizon, "warmup": warmup,
               "workload": getattr(workload, "description", repr(workload))}
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   np.array(recorder.ttft), np.array(recorder.tpot))

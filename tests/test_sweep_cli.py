@@ -1,0 +1,97 @@
+"""``llmqueue sweep`` and ``llmqueue plot``: files, resume, bad input."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmqueue.cli import main
+
+SWEEP = ["sweep", "single", "--set", "arrival=poisson", "--grid", "rate=1:2:0.5",
+         "--scheduler", "sarathi,orca", "--seeds", "2", "--horizon", "20", "--workers", "1"]
+
+
+def rows_in(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_sweep_writes_tidy_rows_and_prints_a_table(tmp_path, capsys):
+    out = str(tmp_path / "s.csv")
+    assert main(SWEEP + ["--out", out]) == 0
+    table = capsys.readouterr().out
+    assert "rate=1.5 scheduler=orca" in table and "tokens/s +- 95%" in table
+    rows = rows_in(out)
+    assert len(rows) == 3 * 2 * 2
+    assert {"rate", "arrival", "scheduler", "seed", "replicate", "arrivals", "pending_mean",
+            "ttft_p99", "backlog_slope", "backlog_slope_se", "wall_time"} <= set(rows[0])
+    assert {r["rate"] for r in rows} == {"1.0", "1.5", "2.0"}
+
+
+def test_resume_runs_only_what_is_missing(tmp_path, capsys):
+    out = str(tmp_path / "s.csv")
+    assert main(SWEEP + ["--out", out]) == 0
+    before = rows_in(out)
+    grown = [a if a != "rate=1:2:0.5" else "rate=1:2.5:0.5" for a in SWEEP]
+    assert main(grown + ["--out", out, "--resume"]) == 0
+    after = rows_in(out)
+    assert after[:len(before)] == before  # the old rows, untouched
+    assert [r["rate"] for r in after[len(before):]] == ["2.5"] * 4
+
+
+def test_json_has_rows_and_points(capsys):
+    assert main(SWEEP + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 12 and len(doc["points"]) == 6
+    point = doc["points"][0]
+    assert point["n"] == 2 and {"arrivals_mean", "arrivals_ci95",
+                                "backlog_slope_mean_se"} <= set(point)
+
+
+def test_plot_draws_lines_and_a_heat_map(tmp_path, capsys):
+    out = str(tmp_path / "s.csv")
+    assert main(SWEEP + ["--out", out]) == 0
+    assert main(["plot", out, "--x", "rate", "--y", "ttft_p99", "--hue", "scheduler"]) == 0
+    assert os.path.getsize(str(tmp_path / "s-ttft_p99.png")) > 10_000
+    heat = str(tmp_path / "heat.png")
+    assert main(["plot", out, "--x", "rate,scheduler", "--y", "pending_mean",
+                 "--out", heat]) == 0
+    assert os.path.getsize(heat) > 10_000
+    one = str(tmp_path / "one.png")
+    assert main(["plot", out, "--x", "rate", "--y", "pending_mean", "--where",
+                 "scheduler=orca", "--out", one]) == 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["sweep", "single", "--grid", "colour=1,2"], "grid colour: single has no parameter"),
+    (["sweep", "single", "--grid", "bmax=64,big"], "grid bmax must be an integer or none"),
+    (["sweep", "single", "--grid", "rate=3:1:1"], "grid rate: empty range"),
+    (["sweep", "single", "--grid", "rate=1:3:0"], "grid rate: STEP must be > 0"),
+    (["sweep", "single", "--grid", "rate=1,2", "--grid", "rate=3"], "grid rate: given twice"),
+    (["sweep", "single", "--scheduler", "fifo"], "scheduler must be one of"),
+    (["sweep", "point-c", "--seeds", "3"], "seeds must be 1 for point-c"),
+    (["sweep", "single", "--resume"], "resume needs out"),
+    (["sweep", "single", "--workers", "2", "--dask", "local"], "not allowed with argument"),
+    (["plot", "/no/such.csv", "--x", "rate", "--y", "arrivals"], "cannot read"),
+])
+def test_bad_sweeps_are_one_line_and_exit_code_2(argv, fragment, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
+                          text=True, cwd=str(tmp_path),
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(
+                              os.path.dirname(os.path.abspath(__file__)))})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def test_plot_names_a_wrong_figure(tmp_path, capsys):
+    out = str(tmp_path / "s.csv")
+    assert main(SWEEP + ["--out", out]) == 0
+    assert main(["plot", out, "--x", "rate", "--y", "speed"]) == 2
+    assert "y must be a figure" in capsys.readouterr().err
+    assert main(["plot", out, "--x", "rate,vp", "--y", "arrivals"]) == 2
+    assert main(["plot", out, "--x", "rate,arrival", "--y", "arrivals"]) == 2
+    assert "scheduler varies" in capsys.readouterr().err
