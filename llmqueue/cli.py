@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
     run.add_argument("--requests", metavar="FILE", help="CSV of every request")
     run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
+                         "with Theorem 2's verdict per scheduler")
+    cap.add_argument("--scheduler", help="give only this scheduler's verdict")
+    cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a parameter of `run single` (repeatable)")
+    cap.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -104,6 +110,53 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(table(summaries))
 
 
+def cmd_capacity(args: argparse.Namespace) -> None:
+    """Theorem 2's figures for the engine and workload of ``run single``."""
+    from . import theory
+    from .latency import tokens_time
+    from .scenarios.base import engine_kwargs
+    from .stability import predict
+    p = scenarios.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
+    if p["bmax"] is None:
+        raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
+                         "(an unlimited budget has no full batch)")
+    latency = engine_kwargs(p)["latency"]
+    poisson = p["arrival"] == "poisson" and p["rate"] is not None
+    rate = p["rate"] if poisson else 1.0 / p["gap"]
+    vp, vd, bmax, kmax = p["vp"], p["vd"], p["bmax"], p["kmax"]
+    names = [p["scheduler"]] if args.scheduler else policy_names()
+    verdicts = {}
+    for name in names:
+        wc = make_policy(name, chunked=p["chunked"]).work_conserving
+        verdicts[name] = {"work_conserving": wc,
+                          "predicted": predict(rate, vp, vd, work_conserving=wc, bmax=bmax,
+                                               kmax=kmax, latency=latency)}
+    doc = {"token_capacity": theory.token_capacity(bmax, latency),
+           "peak_token_rate": theory.peak_token_rate(bmax, latency),
+           "batch_time": tokens_time(latency, bmax),
+           "lambda_star": theory.lambda_star(bmax, vp, vd, latency),
+           "rate": rate, "tokens_per_request": vp + vd,
+           "load": theory.load(rate, bmax, vp, vd, latency),
+           "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
+           "params": p, "verdicts": verdicts}
+    if args.json:
+        print(json.dumps(doc))
+        return
+    print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
+          f"workload: {rate:.4g} req/s x ({vp} + {vd}) tokens = "
+          f"{rate * (vp + vd):.1f} tokens/s offered\n"
+          f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
+          f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
+          f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
+          f"(no scheduler serves faster)\n"
+          f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
+          f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
+          f"{doc['fluid_slope']:.1f} tokens/s\n")
+    print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
+                  "predicted": v["predicted"]} for n, v in verdicts.items()],
+                [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2 for bad input)."""
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -112,6 +165,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "list":
             cmd_list()
+        elif args.command == "capacity":
+            cmd_capacity(args)
         else:
             cmd_run(args)
     except (ValueError, OSError) as exc:

@@ -26,13 +26,23 @@ class Arrival(NamedTuple):
 
 
 class Workload:
-    """A replayable stream of arrivals: each iteration starts afresh."""
+    """A replayable stream of arrivals: each iteration starts afresh.
+
+    ``rate`` (requests/s), ``mean_prefill`` and ``mean_decode`` (tokens) are the
+    stream's long-run figures where known (``None`` otherwise); the stability
+    verdicts of a run compare it with Theorem 2 through them.
+    """
 
     def __init__(self, make: "callable[[], Iterator[Arrival]]", count: Optional[int],
-                 description: str) -> None:
+                 description: str, rate: Optional[float] = None,
+                 mean_prefill: Optional[float] = None,
+                 mean_decode: Optional[float] = None) -> None:
         self._make = make
         self.count = count
         self.description = description
+        self.rate = rate
+        self.mean_prefill = mean_prefill
+        self.mean_decode = mean_decode
 
     def __iter__(self) -> Iterator[Arrival]:
         it = self._make()
@@ -58,7 +68,8 @@ def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) 
         for k in itertools.count(1):
             yield Arrival(k * gap, prefill, decode)
 
-    return Workload(make, count, f"renewal gap={gap} s, {prefill}+{decode} tokens")
+    return Workload(make, count, f"renewal gap={gap} s, {prefill}+{decode} tokens",
+                    rate=1.0 / gap, mean_prefill=prefill, mean_decode=decode)
 
 
 def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
@@ -78,7 +89,8 @@ def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
                 t += gap
                 yield Arrival(t, prefill, decode)
 
-    return Workload(make, count, f"poisson rate={rate}/s, {prefill}+{decode} tokens, seed={seed}")
+    return Workload(make, count, f"poisson rate={rate}/s, {prefill}+{decode} tokens, seed={seed}",
+                    rate=rate, mean_prefill=prefill, mean_decode=decode)
 
 
 def from_list(rows: Iterable[Sequence]) -> Workload:
@@ -94,7 +106,12 @@ def from_list(rows: Iterable[Sequence]) -> Workload:
         decode = validation.positive_int(f"request {i} decode", row[2])
         arrivals.append(Arrival(time, prefill, decode, row[3] if len(row) == 4 else None))
     arrivals.sort(key=lambda a: a.time)
-    return Workload(lambda: iter(arrivals), len(arrivals), f"{len(arrivals)} listed requests")
+    n = len(arrivals)
+    span = arrivals[-1].time if arrivals else 0.0
+    return Workload(lambda: iter(arrivals), n, f"{n} listed requests",
+                    rate=n / span if span > 0 else None,  # n arrivals in (0, t_n], as renewal
+                    mean_prefill=sum(a.prefill for a in arrivals) / n if n else None,
+                    mean_decode=sum(a.decode for a in arrivals) / n if n else None)
 
 
 def read_csv(path: str) -> Workload:
