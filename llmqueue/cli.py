@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import scenarios
 from .policies import make_policy, policy_names
-from .report import table
+from .report import COLUMNS, table
 from .scenarios.base import Rows, Scenario
 
 
@@ -107,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
         print(json.dumps({"scenario": scenario.name, "params": shown, "rows": summaries}))
     else:
-        print(table(summaries))
+        print(table(summaries, scenario.extra.get("columns", COLUMNS)))
 
 
 def cmd_capacity(args: argparse.Namespace) -> None:
