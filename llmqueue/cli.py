@@ -108,6 +108,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(json.dumps({"scenario": scenario.name, "params": shown, "rows": summaries}))
     else:
         print(table(summaries, scenario.extra.get("columns", COLUMNS)))
+        notes = scenario.extra.get("notes")
+        if notes is not None:
+            print("\n" + "\n".join(notes(rows, params)))
 
 
 def cmd_capacity(args: argparse.Namespace) -> None:
