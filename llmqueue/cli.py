@@ -74,6 +74,21 @@ def cmd_list() -> None:
         print(f"scheduler  {name:<18} {make_policy(name).__doc__.splitlines()[0]}")
 
 
+def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
+    """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
+    out = []
+    for label, result in rows:
+        s = result.summary
+        if s.get("verdict") is None or s.get("backlog_slope") is None:
+            continue
+        theory = "" if s.get("predicted") is None else \
+            f"; theory: {s['predicted']} (load {s['load']:.3f})"
+        out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
+                   f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
+                   f"{s['verdict']}{theory}")
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     """Run a scenario and print or write what was asked for."""
     scenario: Optional[Scenario] = scenarios.REGISTRY.get(args.scenario)
@@ -108,14 +123,15 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(json.dumps({"scenario": scenario.name, "params": shown, "rows": summaries}))
     else:
         print(table(summaries, scenario.extra.get("columns", COLUMNS)))
-        notes = scenario.extra.get("notes")
-        if notes is not None:
-            print("\n" + "\n".join(notes(rows, params)))
+        notes = scenario.extra.get("notes", _drift_notes)
+        lines = notes(rows, params)
+        if lines:
+            print("\n" + "\n".join(lines))
 
 
 def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
-    from . import theory
+    from . import theory, validation
     from .latency import tokens_time
     from .scenarios.base import engine_kwargs
     from .stability import predict
@@ -124,9 +140,13 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
                          "(an unlimited budget has no full batch)")
     latency = engine_kwargs(p)["latency"]
-    poisson = p["arrival"] == "poisson" and p["rate"] is not None
-    rate = p["rate"] if poisson else 1.0 / p["gap"]
-    vp, vd, bmax, kmax = p["vp"], p["vd"], p["bmax"], p["kmax"]
+    vp = validation.nonnegative_int("vp", p["vp"])
+    vd = validation.positive_int("vd", p["vd"])
+    bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
+    if p["arrival"] == "poisson" and p["rate"] is not None:
+        rate = validation.positive_number("rate", p["rate"])
+    else:
+        rate = 1.0 / validation.positive_number("gap", p["gap"])
     names = [p["scheduler"]] if args.scheduler else policy_names()
     verdicts = {}
     for name in names:

@@ -6,9 +6,10 @@ on the scale of the offered tokens per second:
 
 * ``unstable``: the slope is more than 3 standard errors above 0 and above 1%
   of the offered tokens;
-* ``stable``: the slope is not significantly positive (at most 2 standard
-  errors) and its upper bound, slope + 2 standard errors, is below 5% of the
-  offered tokens (so a growth of that size would have been seen);
+* ``stable``: the slope's upper bound, slope + 2 standard errors, is below 1%
+  of the offered tokens (at most a negligible drift, e.g. the period of a
+  deterministic run not fitting the windows); or it is below 5% and the slope
+  is not significantly positive (at most 2 standard errors);
 * ``inconclusive``: anything else, or no drift measured (a run without a
   horizon, too short a run).
 
@@ -41,8 +42,8 @@ PREDICTIONS = ("stable", "unstable", "boundary", "no guarantee")
 
 UNSTABLE_SE = 3.0        # standard errors above 0 to call growth
 UNSTABLE_FRACTION = 0.01  # ... and growth above this share of the offered tokens
-STABLE_SE = 2.0          # at most this many standard errors above 0 to call it flat
-STABLE_FRACTION = 0.05   # ... with slope + 2 SE below this share of the offered tokens
+STABLE_SE = 2.0          # standard errors of the slope's upper bound
+STABLE_FRACTION = 0.05   # upper bound below this share of the offered tokens, slope <= 2 SE
 BOUNDARY_TOLERANCE = 1e-9
 
 
@@ -54,7 +55,10 @@ def measured_verdict(slope: Optional[float], slope_se: Optional[float],
         return "inconclusive"
     if slope > UNSTABLE_SE * slope_se and slope > UNSTABLE_FRACTION * offered:
         return "unstable"
-    if slope <= STABLE_SE * slope_se and slope + STABLE_SE * slope_se < STABLE_FRACTION * offered:
+    upper = slope + STABLE_SE * slope_se
+    if upper < UNSTABLE_FRACTION * offered:
+        return "stable"
+    if slope <= STABLE_SE * slope_se and upper < STABLE_FRACTION * offered:
         return "stable"
     return "inconclusive"
 
