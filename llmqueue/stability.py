@@ -82,10 +82,11 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
             bmax: int, kmax: Optional[int], latency: Optional[LatencyModel]) -> str:
     """:func:`predicted_verdict` for a workload of ``rate`` requests/s with
     these mean sizes on an engine with this budget, slot limit and latency."""
-    offered = rate * (mean_prefill + mean_decode)
-    return predicted_verdict(theory.load(rate, bmax, mean_prefill, mean_decode, latency),
-                             offered / theory.peak_token_rate(bmax, latency),
-                             work_conserving, kmax, bmax)
+    load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
+    # the peak rate is at least the capacity: search for it only above capacity
+    peak_load = (rate * (mean_prefill + mean_decode) / theory.peak_token_rate(bmax, latency)
+                 if load > 1 else load)
+    return predicted_verdict(load, peak_load, work_conserving, kmax, bmax)
 
 
 def assess(summary: Mapping[str, object], *, rate: Optional[float],
