@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import scenarios, sweep_cli
 from .policies import make_policy, policy_names
-from .report import table
+from .report import COLUMNS, table
 from .scenarios.base import Rows, Scenario
 
 
@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--b0", type=int, help="staircase step width (default: searched)")
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     sweep_cli.add_parsers(sub)
+    cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
+                         "with Theorem 2's verdict per scheduler")
+    cap.add_argument("--scheduler", help="give only this scheduler's verdict")
+    cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a parameter of `run single` (repeatable)")
+    cap.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -71,6 +77,21 @@ def cmd_list() -> None:
         print(f"scenario   {name:<18} {scenario.summary}")
     for name in policy_names():
         print(f"scheduler  {name:<18} {make_policy(name).__doc__.splitlines()[0]}")
+
+
+def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
+    """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
+    out = []
+    for label, result in rows:
+        s = result.summary
+        if s.get("verdict") is None or s.get("backlog_slope") is None:
+            continue
+        theory = "" if s.get("predicted") is None else \
+            f"; theory: {s['predicted']} (load {s['load']:.3f})"
+        out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
+                   f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
+                   f"{s['verdict']}{theory}")
+    return out
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -111,9 +132,13 @@ def cmd_run(args: argparse.Namespace) -> None:
                              for c in checks]
         print(json.dumps(doc))
     else:
-        print(table(summaries))
+        print(table(summaries, scenario.extra.get("columns", COLUMNS)))
         for check in checks:
             print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+        notes = scenario.extra.get("notes", _drift_notes)
+        lines = notes(rows, params)
+        if lines:
+            print("\n" + "\n".join(lines))
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -133,6 +158,57 @@ def cmd_fit(args: argparse.Namespace) -> None:
           f"   R^2 = {line.r2:.4f}")
 
 
+def cmd_capacity(args: argparse.Namespace) -> None:
+    """Theorem 2's figures for the engine and workload of ``run single``."""
+    from . import theory, validation
+    from .latency import tokens_time
+    from .scenarios.base import engine_kwargs
+    from .stability import predict
+    p = scenarios.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
+    if p["bmax"] is None:
+        raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
+                         "(an unlimited budget has no full batch)")
+    latency = engine_kwargs(p)["latency"]
+    vp = validation.nonnegative_int("vp", p["vp"])
+    vd = validation.positive_int("vd", p["vd"])
+    bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
+    if p["arrival"] == "poisson" and p["rate"] is not None:
+        rate = validation.positive_number("rate", p["rate"])
+    else:
+        rate = 1.0 / validation.positive_number("gap", p["gap"])
+    names = [p["scheduler"]] if args.scheduler else policy_names()
+    verdicts = {}
+    for name in names:
+        wc = make_policy(name, chunked=p["chunked"]).work_conserving
+        verdicts[name] = {"work_conserving": wc,
+                          "predicted": predict(rate, vp, vd, work_conserving=wc, bmax=bmax,
+                                               kmax=kmax, latency=latency)}
+    doc = {"token_capacity": theory.token_capacity(bmax, latency),
+           "peak_token_rate": theory.peak_token_rate(bmax, latency),
+           "batch_time": tokens_time(latency, bmax),
+           "lambda_star": theory.lambda_star(bmax, vp, vd, latency),
+           "rate": rate, "tokens_per_request": vp + vd,
+           "load": theory.load(rate, bmax, vp, vd, latency),
+           "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
+           "params": p, "verdicts": verdicts}
+    if args.json:
+        print(json.dumps(doc))
+        return
+    print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
+          f"workload: {rate:.4g} req/s x ({vp} + {vd}) tokens = "
+          f"{rate * (vp + vd):.1f} tokens/s offered\n"
+          f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
+          f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
+          f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
+          f"(no scheduler serves faster)\n"
+          f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
+          f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
+          f"{doc['fluid_slope']:.1f} tokens/s\n")
+    print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
+                  "predicted": v["predicted"]} for n, v in verdicts.items()],
+                [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2 for bad input)."""
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -145,6 +221,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             cmd_fit(args)
         elif hasattr(args, "handler"):
             args.handler(args)
+        elif args.command == "capacity":
+            cmd_capacity(args)
         else:
             cmd_run(args)
     except (ValueError, OSError) as exc:

@@ -70,3 +70,53 @@ def save(fig: "plt.Figure", path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def animate_pending(rows: Sequence[Tuple[str, Result]], path: str, title: str,
+                    note: str = "", seconds: float = 10.0, fps: int = 8,
+                    dpi: int = 80) -> None:
+    """An animated GIF of pending requests over time: the step lines of
+    :func:`plot_pending` drawn progressively over ``seconds`` of playback, each
+    with its current value at its tip, the simulated time shown and ``note``
+    in a box."""
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    series = [(label, *result.timeseries()[:2]) for label, result in rows]
+    end = max(t[-1] for _, t, _ in series)
+    top = max(p.max() for _, _, p in series)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    lines = [ax.step([], [], where="post", label=label, linewidth=1.6)[0]
+             for label, _, _ in series]
+    tips = [ax.text(0, 0, "", color=line.get_color(), fontsize=9, va="bottom")
+            for line in lines]
+    ax.set_xlim(0, end * 1.08)
+    ax.set_ylim(0, top * 1.05)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("pending requests")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=9)
+    clock = ax.text(0.99, 0.97, "", transform=ax.transAxes, ha="right", va="top")
+    if note:
+        ax.text(0.99, 0.88, note, transform=ax.transAxes, ha="right", va="top", fontsize=9,
+                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "grey"})
+    frames = max(2, int(seconds * fps))
+
+    def draw(i: int) -> list:
+        now = end * (i + 1) / frames
+        for line, tip, (_, t, p) in zip(lines, tips, series):
+            k = int(np.searchsorted(t, now, side="right"))
+            level = p[max(k - 1, 0)]
+            line.set_data(np.append(t[:k], now), np.append(p[:k], level))
+            tip.set_position((now, level))
+            tip.set_text(f" {level:.0f}")
+        clock.set_text(f"t = {now:.0f} s")
+        return lines + tips + [clock]
+
+    anim = FuncAnimation(fig, draw, frames=frames, blit=False)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    fig.tight_layout()
+    anim.save(path, writer=PillowWriter(fps=fps), dpi=dpi)
+    plt.close(fig)

@@ -15,6 +15,7 @@ from .engine import Engine, feed, restart_at, sample_windows
 from .latency import LatencyModel
 from .metrics import BatchRow, Recorder
 from .policies import make_policy
+from .stability import assess
 from .state import Resident
 from .workload import Workload
 from . import validation
@@ -133,6 +134,11 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         recorder.request_log.extend(engine.waiting)
     summary = recorder.summary(end, waiting=len(engine.waiting),
                                residents=len(engine.residents))
+    summary.update(assess(summary, rate=getattr(workload, "rate", None),
+                          mean_prefill=getattr(workload, "mean_prefill", None),
+                          mean_decode=getattr(workload, "mean_decode", None),
+                          work_conserving=pol.work_conserving, bmax=bmax, kmax=kmax,
+                          latency=engine.latency))
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
               "latency": repr(engine.latency), "horizon": horizon, "warmup": warmup,
               "workload": getattr(workload, "description", repr(workload))}

@@ -30,13 +30,23 @@ class Arrival(NamedTuple):
 
 
 class Workload:
-    """A replayable stream of arrivals: each iteration starts afresh."""
+    """A replayable stream of arrivals: each iteration starts afresh.
+
+    ``rate`` (requests/s), ``mean_prefill`` and ``mean_decode`` (tokens) are the
+    stream's long-run figures where known (``None`` otherwise); the stability
+    verdicts of a run compare it with Theorem 2 through them.
+    """
 
     def __init__(self, make: "callable[[], Iterator[Arrival]]", count: Optional[int],
-                 description: str) -> None:
+                 description: str, rate: Optional[float] = None,
+                 mean_prefill: Optional[float] = None,
+                 mean_decode: Optional[float] = None) -> None:
         self._make = make
         self.count = count
         self.description = description
+        self.rate = rate
+        self.mean_prefill = mean_prefill
+        self.mean_decode = mean_decode
 
     def __iter__(self) -> Iterator[Arrival]:
         it = self._make()
@@ -80,7 +90,8 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
 
     text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
                            f"seed={seed}")
-    return Workload(make, count, text)
+    return Workload(make, count, text, rate=getattr(arrivals, "rate", None),
+                    mean_prefill=prefill_law.mean, mean_decode=decode_law.mean)
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:
@@ -116,7 +127,12 @@ def from_list(rows: Iterable[Sequence]) -> Workload:
         decode = validation.positive_int(f"request {i} decode", row[2])
         arrivals.append(Arrival(time, prefill, decode, row[3] if len(row) == 4 else None))
     arrivals.sort(key=lambda a: a.time)
-    return Workload(lambda: iter(arrivals), len(arrivals), f"{len(arrivals)} listed requests")
+    n = len(arrivals)
+    span = arrivals[-1].time if arrivals else 0.0
+    return Workload(lambda: iter(arrivals), n, f"{n} listed requests",
+                    rate=n / span if span > 0 else None,  # n arrivals in (0, t_n], as renewal
+                    mean_prefill=sum(a.prefill for a in arrivals) / n if n else None,
+                    mean_decode=sum(a.decode for a in arrivals) / n if n else None)
 
 
 def read_csv(path: str) -> Workload:

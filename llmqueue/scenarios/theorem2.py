@@ -1,0 +1,110 @@
+"""Theorem 2 (SPEC 6.2): the measured backlog slope against the fluid slope.
+
+Poisson arrivals, every request 100 prefill + 100 decode tokens, bmax = 512, no
+kmax, the CodeLlama-34B staircase: t_512 = 0.15316 s, a token capacity of
+512 / 0.15316 = 3342.9 tokens/s and lambda* = 16.71 req/s.  At each load (a
+fraction of lambda*) several seeds run; a row gives the mean backlog slope
+over the seeds, its standard error, and the fluid slope
+``max(0, lambda * 200 - 512 / t_512)``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .. import theory
+from ..simulate import Result, simulate
+from ..workload import poisson
+from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+
+PREFILL = 100          # tokens per prompt
+DECODE = 100           # tokens per output
+BMAX = 512             # token budget
+LOADS = (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4)  # fractions of lambda*
+SEEDS = 6              # runs per load
+HORIZON = 400.0        # seconds per run
+
+#: Columns of the text table (summary key, title, format).
+COLUMNS = [("load", "load", "{:.2f}"), ("rate", "req/s", "{:.2f}"),
+           ("slope", "slope tokens/s", "{:.1f}"), ("slope_se", "+- se", "{:.1f}"),
+           ("fluid_slope", "fluid slope", "{:.1f}"), ("z", "z", "{:+.2f}"),
+           ("stable_runs", "stable runs", "{:d}"), ("unstable_runs", "unstable runs", "{:d}"),
+           ("pending_mean", "pending mean", "{:.1f}")]
+
+
+def parse_loads(text: str) -> List[float]:
+    """``"0.6,0.9,1.1"`` as fractions of lambda*, each a number > 0."""
+    try:
+        loads = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        loads = []
+    if not loads or not all(np.isfinite(x) and x > 0 for x in loads):
+        raise ValueError(f"loads must be comma-separated numbers > 0 (fractions of "
+                         f"lambda*); got {text!r}")
+    return loads
+
+
+def load_row(fraction: float, runs: Sequence[Result], rate: float, fluid: float
+             ) -> Dict[str, object]:
+    """One load's figures over its seeds: the mean slope and its standard error."""
+    slopes = np.array([r.summary["backlog_slope"] for r in runs], dtype=float)
+    se = float(slopes.std(ddof=1) / np.sqrt(len(slopes))) if len(slopes) > 1 else None
+    mean = float(slopes.mean())
+    verdicts = [r.summary["verdict"] for r in runs]
+    return {"load": fraction, "rate": rate, "seeds": len(runs), "slope": mean, "slope_se": se,
+            "fluid_slope": fluid, "z": (mean - fluid) / se if se else None,
+            "slopes": slopes.tolist(), "slope_se_runs": [r.summary["backlog_slope_se"]
+                                                          for r in runs],
+            "stable_runs": verdicts.count("stable"),
+            "unstable_runs": verdicts.count("unstable"),
+            "predicted": runs[0].summary["predicted"],
+            "pending_mean": float(np.mean([r.summary["pending_mean"] for r in runs])),
+            "backlog_final": float(np.mean([r.summary["backlog_final"] for r in runs]))}
+
+
+def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+        **logs: bool) -> Rows:
+    """One row per load; its logs are those of the load's first seed."""
+    p = params
+    seeds = p["seeds"]
+    if not isinstance(seeds, int) or seeds < 2:
+        raise ValueError(f"seeds must be an integer >= 2 (a standard error needs two "
+                         f"runs); got {seeds!r}")
+    kwargs = engine_kwargs(p)
+    if p["bmax"] is None:
+        raise ValueError("bmax must be an integer >= 1 here (Theorem 2 needs a budget); "
+                         "got none")
+    star = theory.lambda_star(p["bmax"], p["vp"], p["vd"], kwargs["latency"])
+    rows: Rows = []
+    for fraction in parse_loads(str(p["loads"])):
+        rate = fraction * star
+        runs = [simulate(poisson(rate, p["vp"], p["vd"], seed=(seed or 0) + k),
+                         horizon=horizon or HORIZON, **kwargs, **(logs if k == 0 else {}))
+                for k in range(seeds)]
+        fluid = theory.fluid_slope(rate, p["bmax"], p["vp"], p["vd"], kwargs["latency"])
+        first = runs[0]
+        rows.append((f"{fraction:.2f} lambda*",
+                     Result(load_row(fraction, runs, rate, fluid), first.params,
+                            first.batch_log, first.request_log, first.series)))
+    return rows
+
+
+SCENARIO = register(Scenario(
+    name="theorem2",
+    summary="SPEC 6.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
+            "(Poisson, 100+100 tokens, bmax 512)",
+    params={**ENGINE_PARAMS,
+            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
+            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+            "vp": Param("int", PREFILL, "prefill tokens per request"),
+            "vd": Param("int", DECODE, "decode tokens per request"),
+            "loads": Param("str", ",".join(f"{x:g}" for x in LOADS),
+                           "comma-separated loads, as fractions of lambda*"),
+            "seeds": Param("int", SEEDS, "runs per load (seeds seed, seed+1, ...)")},
+    run=run,
+    horizon=HORIZON,
+    seeded=True,
+    extra={"columns": COLUMNS},
+))

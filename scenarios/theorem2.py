@@ -1,0 +1,96 @@
+"""Theorem 2: a work-conserving scheduler holds every load below its token capacity.
+
+An engine whose full batch of bmax tokens lasts t_bmax serves at most
+bmax / t_bmax tokens per second when it fills every batch, which a
+work-conserving scheduler (Sarathi, Orca) does whenever the queue is long.  So
+the backlog of unprocessed tokens is stable when the offered tokens
+lambda * (m_p + m_d) stay below bmax / t_bmax, and above it grows at the fluid
+rate lambda * (m_p + m_d) - bmax / t_bmax.
+
+SPEC 6.2's check case: Poisson arrivals, every request 100 + 100 tokens,
+bmax = 512, no kmax, the CodeLlama-34B staircase.  t_512 = 0.15316 s, so the
+capacity is 3342.9 tokens/s and lambda* = 16.71 req/s.  Sarathi runs at 0.6 to
+1.4 of lambda*, several seeds each; the backlog slope over the second half of
+every run is averaged over the seeds and compared with the fluid slope.
+
+Run:  python scenarios/theorem2.py   (table on the terminal, plots/theorem2.png)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict
+
+import numpy as np
+
+from llmqueue import Result, theory
+from llmqueue.plots import plt, save
+from llmqueue.report import table
+from llmqueue.scenarios import theorem2
+from llmqueue.scenarios.base import engine_kwargs
+
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
+                    "theorem2.png")
+SHOWN = ("0.90 lambda*", "1.10 lambda*")   # loads whose backlog is drawn over time
+
+
+def draw(rows: Dict[str, Result], params: Dict[str, object], path: str) -> None:
+    """Left: backlog over time at 0.9 and 1.1 of lambda* beside the fluid line.
+    Right: measured slope (+- 2 SE over seeds) against load, beside the fluid curve."""
+    latency = engine_kwargs(params)["latency"]
+    capacity = theory.token_capacity(params["bmax"], latency)
+    star = theory.lambda_star(params["bmax"], params["vp"], params["vd"], latency)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    for label, colour in zip(SHOWN, ("tab:blue", "tab:red")):
+        result = rows[label]
+        t, _, backlog = result.timeseries()
+        left.step(t, backlog, where="post", color=colour, linewidth=1,
+                  label=f"{label} ({result.summary['rate']:.2f} req/s), seed 0")
+        fluid = result.summary["fluid_slope"]
+        left.plot([0, t[-1]], [0, fluid * t[-1]], color=colour, linestyle="--",
+                  label=f"fluid: {fluid:.0f} tokens/s")
+    left.set_title("Backlog over time, below and above capacity")
+    left.set_xlabel("time (s)")
+    left.set_ylabel("backlog (unprocessed tokens)")
+    left.grid(alpha=0.3)
+    left.legend(loc="upper left", fontsize=9)
+
+    loads = np.array([r.summary["load"] for r in rows.values()])
+    slopes = np.array([r.summary["slope"] for r in rows.values()])
+    errors = np.array([2 * r.summary["slope_se"] for r in rows.values()])
+    grid = np.linspace(min(loads.min(), 0.5), max(loads.max(), 1.5), 200)
+    right.plot(grid, np.maximum(0.0, (grid - 1) * capacity), color="black",
+               label=r"fluid: max(0, $\lambda(m_p+m_d) - b_{max}/t_{b_{max}}$)")
+    seeds = next(iter(rows.values())).summary["seeds"]
+    right.errorbar(loads, slopes, yerr=errors, fmt="o", color="tab:red", capsize=3,
+                   label=f"measured (mean of {seeds} seeds, +- 2 SE)")
+    right.axvline(1.0, color="grey", linestyle=":",
+                  label=f"Theorem 2 boundary: lambda* = {star:.2f} req/s")
+    right.set_title("Backlog slope over the second half of each run")
+    right.set_xlabel("load (arrival rate / lambda*)")
+    right.set_ylabel("backlog slope (tokens/s)")
+    right.grid(alpha=0.3)
+    right.legend(loc="upper left", fontsize=9)
+    fig.suptitle(f"Theorem 2 (SPEC 6.2): Sarathi, Poisson arrivals, "
+                 f"{params['vp']}+{params['vd']} tokens, bmax = {params['bmax']}, no kmax, "
+                 f"capacity {capacity:.0f} tokens/s")
+    save(fig, path)
+
+
+def main() -> None:
+    """Run every load and seed, print the table, draw the figure."""
+    params = theorem2.SCENARIO.resolve({})
+    latency = engine_kwargs(params)["latency"]
+    star = theory.lambda_star(theorem2.BMAX, theorem2.PREFILL, theorem2.DECODE, latency)
+    print(f"Theorem 2: t_512 = {latency.tokens_time(theorem2.BMAX):.5f} s, capacity "
+          f"{theory.token_capacity(theorem2.BMAX, latency):.1f} tokens/s, "
+          f"lambda* = {star:.2f} req/s; {theorem2.SEEDS} seeds x {theorem2.HORIZON:.0f} s "
+          f"per load\n")
+    rows = dict(theorem2.run(params, theorem2.HORIZON, 0, timeseries=True))
+    print(table([result.row(label) for label, result in rows.items()], theorem2.COLUMNS))
+    draw(rows, params, PLOT)
+    print(f"\nz = (slope - fluid slope) / se; plot: {os.path.normpath(PLOT)}")
+
+
+if __name__ == "__main__":
+    main()
