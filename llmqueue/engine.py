@@ -61,7 +61,7 @@ class Engine:
         if not callable(getattr(self.latency, "batch_time", None)):
             raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
                              f"method; got {self.latency!r}")
-        self.policy = policy.for_engine(self.latency)
+        self.policy = policy.for_engine(self.latency, self.kmax)
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
         self.skip_ahead = skip_ahead and policy.stationary

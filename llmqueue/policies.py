@@ -85,8 +85,9 @@ class Policy:
     def __call__(self, view: View, budget: int) -> Plan:
         return self.plan(view, budget)
 
-    def for_engine(self, latency: LatencyModel) -> "Policy":
-        """The policy an engine with this latency model runs (most ignore it)."""
+    def for_engine(self, latency: LatencyModel, kmax: Optional[int]) -> "Policy":
+        """The policy an engine with this latency model and slot limit runs
+        (most policies ignore both)."""
         return self
 
     def __repr__(self) -> str:
@@ -155,26 +156,32 @@ class FasterTransformer(Policy):
 
 
 class StepFill(Policy):
-    """Decodes first, then prefill only up to the end of the latency step the
-    decodes already pay for; with nothing to decode, prefill fills the budget.
+    """Decodes first, then prefill: while every slot is taken (``kmax``
+    residents), only up to the end of the latency step the decodes already pay
+    for; otherwise, like Sarathi, up to the budget.
 
-    Crossing a step lengthens the iteration for every decoder.  When kmax caps
-    the decoders per batch, those extra prefill tokens do not pay for the lost
-    decode rate (SPEC 6.5): at point C with bmax = 1024 this rule keeps the
-    stable 29 + 99 shape that Sarathi-1024 abandons.
+    With the pool full no further request can be admitted, so prefill beyond
+    the decodes' step cannot add a decoder: it only lengthens the iteration for
+    every decoder, which does not pay (SPEC 6.5).  At point C with bmax = 1024
+    this rule keeps the stable 29 + 99 shape that Sarathi-1024 abandons; with
+    free slots (or no kmax) it is Sarathi.
     """
 
     name = "step-fill"
     stationary = True
 
-    def __init__(self, chunked: bool = True, latency: Optional[LatencyModel] = None) -> None:
+    def __init__(self, chunked: bool = True, latency: Optional[LatencyModel] = None,
+                 kmax: Optional[int] = None) -> None:
         super().__init__(chunked)
         self.latency: LatencyModel = latency if latency is not None else Staircase()
+        self.kmax = validation.optional_positive_int("kmax", kmax)
         self._ends: Dict[Tuple[int, int], int] = {}
 
-    def for_engine(self, latency: LatencyModel) -> "StepFill":
-        """This rule priced with the engine's own latency model."""
-        return self if latency == self.latency else StepFill(self.chunked, latency)
+    def for_engine(self, latency: LatencyModel, kmax: Optional[int]) -> "StepFill":
+        """This rule with the engine's own latency model and slot limit."""
+        if (latency, kmax) == (self.latency, self.kmax):
+            return self
+        return StepFill(self.chunked, latency, kmax)
 
     def step_end(self, decode: int, budget: int) -> int:
         """Largest batch total <= ``budget`` that takes no longer than ``decode`` tokens."""
@@ -192,7 +199,8 @@ class StepFill(Policy):
     def plan(self, view: View, budget: int) -> Plan:
         decode = take_decodes(view.decoding, budget)
         room = budget - len(decode)
-        if decode:
+        if decode and self.kmax is not None and \
+                len(view.decoding) + len(view.prefilling) >= self.kmax:
             room = self.step_end(len(decode), budget) - len(decode)
         return Plan(decode, take_prefill(view.prefilling, room, self.chunked))
 
@@ -263,9 +271,9 @@ class ClassPriority(Policy):
         self.stationary = inner.stationary
         self.work_conserving = inner.work_conserving
 
-    def for_engine(self, latency: LatencyModel) -> "ClassPriority":
+    def for_engine(self, latency: LatencyModel, kmax: Optional[int]) -> "ClassPriority":
         """The wrapper around the inner policy as the engine runs it."""
-        inner = self.inner.for_engine(latency)
+        inner = self.inner.for_engine(latency, kmax)
         return self if inner is self.inner else ClassPriority(inner, self.ranking)
 
     def _rank(self, klass: Hashable) -> int:

@@ -26,7 +26,7 @@ def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optiona
     """Step the model; return the batch log and every request that arrived
     (times in nanoseconds, as the fast engine's logs)."""
     latency = latency or Staircase()
-    policy = policy.for_engine(latency)
+    policy = policy.for_engine(latency, kmax)
     budget = bmax if bmax is not None else 2**62
     slots = kmax if kmax is not None else INF
     until = to_ticks(horizon) if horizon is not None else None

@@ -55,14 +55,29 @@ def test_other_latency_models_enumerate_every_split():
     close(r.vertices, [(0, 0), (8, 0), (6, 2), (0, 3)])
 
 
-def test_step_fill_stays_within_the_decodes_step():
-    view = q.make_view([(f"d{i}", 0, 5) for i in range(99)] + [("p", 290, 9), ("p2", 500, 9)])
-    plan = StepFill()(view, 1024)
+def test_step_fill_stays_within_the_decodes_step_while_the_pool_is_full():
+    full = StepFill(kmax=100)
+    view = q.make_view([(f"d{i}", 0, 5) for i in range(99)] + [("p", 290, 9)])
+    plan = full(view, 1024)  # 100 residents: 99 decodes + 29 fill the first step
     assert len(plan.decode) == 99 and [(r.rid, n) for r, n in plan.prefill] == [("p", 29)]
     view = q.make_view([(f"d{i}", 0, 5) for i in range(130)] + [("p", 290, 9)])
-    assert StepFill()(view, 1024).prefill[0][1] == 256 - 130
+    assert StepFill(kmax=131)(view, 1024).prefill[0][1] == 256 - 130
+    # a free slot (or no kmax): Sarathi's batch
+    view = q.make_view([(f"d{i}", 0, 5) for i in range(98)] + [("p", 290, 9)])
+    assert [n for _, n in full(view, 1024).prefill] == [290]
+    assert [n for _, n in StepFill()(view, 1024).prefill] == [290]
+    # nothing decoding: the budget, even with the pool full
     view = q.make_view([("p", 290, 9), ("p2", 900, 9)])
-    assert [n for _, n in StepFill()(view, 1024).prefill] == [290, 734]
+    assert [n for _, n in StepFill(kmax=2)(view, 1024).prefill] == [290, 734]
+
+
+def test_step_fill_prices_steps_with_the_engines_latency_model():
+    # a 64-token staircase: 10 decoders pay for a step ending at 64
+    policy = StepFill().for_engine(Staircase(0.01, 0.02, 64), 11)
+    view = q.make_view([(f"d{i}", 0, 5) for i in range(10)] + [("p", 500, 9)])
+    assert policy(view, 1024).prefill[0][1] == 54
+    flat = StepFill().for_engine(Constant(1.0), 11)  # no step ever ends: the budget
+    assert flat(view, 1024).prefill[0][1] == 500
 
 
 def test_step_fill_is_stable_at_point_c_with_bmax_1024_where_sarathi_is_not():
@@ -70,6 +85,8 @@ def test_step_fill_is_stable_at_point_c_with_bmax_1024_where_sarathi_is_not():
     step = q.simulate(wl, "step-fill", bmax=1024, horizon=1500, batches=True)
     sarathi = q.simulate(wl, "sarathi", bmax=1024, horizon=1500).summary
     assert {(p, d) for _, _, p, d, _, _, _ in step.batch_log[-2000:]} == {(29, 99)}
-    assert step.summary["pending_final"] == 100
+    # point C has zero slack: the start-up backlog never drains, but never grows
+    assert step.summary["verdict"] == "stable"
+    assert step.summary["pending_max"] < 130
     assert abs(step.summary["backlog_slope"]) < 3 * step.summary["backlog_slope_se"] + 1
     assert sarathi["backlog_slope"] > 100 * sarathi["backlog_slope_se"]
