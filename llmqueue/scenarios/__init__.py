@@ -2,6 +2,6 @@
 
 from .base import REGISTRY, Param, Scenario, register
 from . import point_c, single, trace  # noqa: F401  (registers them)
-from . import azure, blowup, kmax_region, sarathi_demo, theorem2  # noqa: F401
+from . import azure, blowup, kmax_region, sarathi_demo, theorem2, vertex_c  # noqa: F401
 
 __all__ = ["REGISTRY", "Param", "Scenario", "register"]
