@@ -70,7 +70,23 @@ class Uniform:
         return int(rng.integers(self.low, self.high))
 
 
-SizeLaw = Union[Fixed, PoissonSize, Uniform]
+@dataclass(frozen=True)
+class Geometric:
+    """Geometric tokens on 1, 2, ... with mean ``mean`` (the discrete
+    exponential: a high-variance size law)."""
+
+    mean: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mean, (int, float)) or not self.mean >= 1:
+            raise ValueError(f"mean must be a number >= 1, got {self.mean!r}")
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """One size."""
+        return int(rng.geometric(1.0 / self.mean))
+
+
+SizeLaw = Union[Fixed, PoissonSize, Uniform, Geometric]
 
 
 def size_law(spec: Union[int, SizeLaw]) -> SizeLaw:

@@ -75,6 +75,7 @@ class Network:
         self.engines: Dict[str, Engine] = {}
         self.pools: Dict[str, Pool] = {}
         self.until: Optional[int] = None
+        self.end: Optional[int] = None
         self._endless = False
 
     # -- building --------------------------------------------------------
@@ -161,6 +162,16 @@ class Network:
                 yield env.timeout(at - env.now)
             self.call(target, arrival[1], arrival[2], arrival[3] if len(arrival) > 3 else None)
 
+    def combine(self, names: Sequence[str]) -> Result:
+        """After :meth:`run`: the engines ``names`` (or a pool's name) as one Result."""
+        if self.end is None:
+            raise ValueError("combine needs a finished run; call run() first")
+        engines: List[Engine] = []
+        for name in names:
+            engines.extend(self.pools[name].members if name in self.pools
+                           else [self._engine(name)])
+        return combine(engines, self.end)
+
     def endless(self) -> None:
         """Note that a source never stops by itself (a run then needs a horizon)."""
         self._endless = True
@@ -179,7 +190,8 @@ class Network:
         self.env.run(until=self.until)
         end = self.until if self.until is not None else self.env.now
         results = {name: _engine_result(e, end) for name, e in self.engines.items()}
-        total = _total(list(self.engines.values()), end)
+        self.end = end
+        total = combine(list(self.engines.values()), end)
         return NetworkResult(results, total, end)
 
 
@@ -211,8 +223,8 @@ _ADDITIVE = ("arrivals", "completed", "pending", "backlog", "_pending_area", "_b
              "decode_only", "prefill_only", "busy", "wc_violations")
 
 
-def _total(engines: List[Engine], end: int) -> Result:
-    """The whole network as one Result: sums of the engines' counts and
+def combine(engines: List[Engine], end: int) -> Result:
+    """Several engines (of a finished run) as one Result: sums of their counts and
     integrals, maxima of the summed pending/backlog series, pooled latencies;
     ``busy_fraction`` is the mean over engines and ``load`` is against the
     summed capacity."""

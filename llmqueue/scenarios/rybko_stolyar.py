@@ -30,7 +30,7 @@ LONG = (PoissonSize(512), PoissonSize(32, minimum=1))    # prefill, decode of a 
 HOP_TOKENS = 32 + 32 + 512 + 32                          # 608 mean tokens per job
 LOAD = 0.9
 RATE = LOAD * BMAX / HOP_TOKENS                          # jobs of each type per unit time
-HORIZON = 20000.0
+HORIZON = 12000.0
 #: route of each job type: (first engine, second engine)
 ROUTES: Dict[str, Tuple[str, str]] = {"A": ("engine-1", "engine-2"),
                                       "B": ("engine-2", "engine-1")}
