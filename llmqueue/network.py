@@ -20,7 +20,7 @@ import simpy
 from .classes import by_class
 from .clock import to_seconds, to_ticks
 from .engine import Engine
-from .latency import LatencyModel, Staircase, tokens_time
+from .latency import LatencyModel, tokens_time
 from .metrics import Recorder
 from .policies import make_policy
 from .routers import Router, make_router
@@ -227,7 +227,8 @@ def combine(engines: List[Engine], end: int) -> Result:
     """Several engines (of a finished run) as one Result: sums of their counts and
     integrals, maxima of the summed pending/backlog series, pooled latencies;
     ``busy_fraction`` is the mean over engines and ``load`` is against the
-    summed capacity."""
+    summed capacity.  Its request and batch logs are the engines' merged (request
+    ids are per engine, so they repeat across engines)."""
     total = Recorder(1)
     for engine in engines:
         rec = engine.recorder
@@ -248,7 +249,10 @@ def combine(engines: List[Engine], end: int) -> Result:
     caps = [capacity(e) for e in engines]
     summary.update(_load(summary, None if None in caps else sum(caps), total))
     requests: List[Resident] = [r for e in engines for r in e.recorder.request_log]
-    return Result(summary, {"engines": [e.name for e in engines]}, None, requests, series)
+    logs = [e.recorder.batch_log for e in engines]
+    batches = None if None in logs else sorted((row for log in logs for row in log),
+                                               key=lambda row: row[0])
+    return Result(summary, {"engines": [e.name for e in engines]}, batches, requests, series)
 
 
 def merge_series(parts: Sequence[List[Tuple[int, int, int]]]) -> List[Tuple[int, int, int]]:

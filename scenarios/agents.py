@@ -38,13 +38,13 @@ def main() -> None:
     """Run the jobs; per-engine load and job latency, printed and plotted."""
     params = agents.SCENARIO.resolve({})
     print(f"{params['rate']} jobs/s, horizon {agents.HORIZON:.0f} s, seed {SEED}\n")
-    result = agents.simulate_agents(params, agents.HORIZON, SEED)
+    result, jobs = agents.simulate_agents(params, agents.HORIZON, SEED)
     print(table([r.row(name) for name, r in result.engines.items()], ENGINE_COLUMNS))
     print()
     print(table([result.total.row("jobs")], JOB_COLUMNS))
     loads = {name: (r.summary["load"], r.summary["load_expected"], r.summary["busy_fraction"])
              for name, r in result.engines.items()}
-    e2e = [job.e2e for job in result.jobs if job.end is not None]
+    e2e = [job.e2e for job in jobs if job.end is not None]
     plot_agents(loads, e2e, PLOT, f"Planner -> 3 workers -> aggregator at {params['rate']} "
                 "jobs/s (three Sarathi engines, bmax 512)")
     print(f"\nplot: {os.path.normpath(PLOT)}")

@@ -10,13 +10,14 @@ def test_agents_engine_loads_follow_the_workflow():
     the Poisson error of ~700 jobs), the workers are the bottleneck, and every
     job runs at least its five calls."""
     params = agents.SCENARIO.resolve({})
-    result = agents.simulate_agents(params, 600.0, seed=1)
+    result, jobs = agents.simulate_agents(params, 600.0, seed=1)
     for name, r in result.engines.items():
         assert r.summary["load"] == pytest.approx(r.summary["load_expected"], rel=0.12)
         assert r.summary["pending_final"] < 150                     # below capacity: bounded
     assert max(result.engines, key=lambda n: result.engines[n].summary["load"]) == "worker"
     total = result.total.summary
     assert 5 <= total["calls_per_job"] <= 6
+    assert all(len(j.calls) in (5, 6) for j in jobs if j.end is not None)
     assert total["job_e2e_p50"] <= total["job_e2e_p99"]
 
 

@@ -10,12 +10,12 @@ engine, which gets three calls per job, is the bottleneck.
 
 from __future__ import annotations
 
-from typing import Dict, Generator, Optional
+from typing import Dict, Generator, List, Optional, Tuple
 
 import simpy
 
 from ..network import Network, NetworkResult, capacity
-from ..workflows import JobContext, job_summary, start_jobs
+from ..workflows import JobContext, JobRecord, job_summary, start_jobs
 from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
 
 PLANNER = (300, 50)       # prefill, decode tokens of the planning call
@@ -49,9 +49,10 @@ def expected_tokens_per_job(review_p: float = REVIEW_P) -> Dict[str, float]:
 
 
 def simulate_agents(params: Dict[str, object], horizon: float, seed: int,
-                    batches: bool = False) -> NetworkResult:
+                    batches: bool = False) -> Tuple[NetworkResult, List[JobRecord]]:
     """Run the jobs; the total row carries the job figures and each engine's
-    row its expected load ``load_expected`` beside the measured ``load``."""
+    row its expected load ``load_expected`` beside the measured ``load``.
+    Returns the network's results and the job records."""
     kw = engine_kwargs(params)
     net = Network(seed=seed, batches=batches)
     for name in ENGINES:
@@ -65,8 +66,7 @@ def simulate_agents(params: Dict[str, object], horizon: float, seed: int,
         result.engines[name].summary["load_expected"] = (
             params["rate"] * per_job[name] / cap if cap else None)
     result.total.summary.update(job_summary(jobs))
-    result.jobs = jobs  # type: ignore[attr-defined]
-    return result
+    return result, jobs
 
 
 def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
@@ -76,8 +76,9 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
         raise ValueError(f"rate must be a number > 0, got {params['rate']!r}")
     if not 0 <= params["review"] <= 1:
         raise ValueError(f"review must be a number in [0, 1], got {params['review']!r}")
-    return simulate_agents(params, horizon or HORIZON, seed or 0,
-                           logs.get("batches", False)).rows()
+    result, _ = simulate_agents(params, horizon or HORIZON, seed or 0,
+                                logs.get("batches", False))
+    return result.rows()
 
 
 SCENARIO = register(Scenario(
