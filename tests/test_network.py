@@ -126,3 +126,13 @@ def test_figures_by_class_and_class_priority_at_one_engine():
     assert rows["hi"]["completed"] + rows["lo"]["completed"] == result.summary["completed"]
     # the favoured class gets its prompts served first: a far shorter wait
     assert rows["hi"]["ttft_p50"] < 0.5 * rows["lo"]["ttft_p50"]
+
+
+def test_same_seed_same_numbers():
+    def run():
+        net = Network(seed=5)
+        net.add_replicas("e", 3, "random", bmax=256)
+        net.feed("e", poisson(8.0, 200, 50, seed=5, count=300))
+        return net.run().total.summary
+
+    assert run() == run()
