@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from typing import Deque, Dict, Generator, Iterable, Optional, Tuple
+from typing import Deque, Dict, Generator, Hashable, Iterable, Optional, Tuple
 
 import simpy
 
@@ -95,6 +95,22 @@ class Engine:
         self.waiting.append(r)
         if self._arrival is not None and not self._arrival.triggered:
             self._arrival.succeed()
+
+    def call(self, vp: int, vd: int, klass: Hashable = None,
+             rid: Optional[int] = None) -> simpy.Event:
+        """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
+        return an event that fires, with the :class:`Resident` as its value,
+        when its last token is done.  Ids number this engine's arrivals from 0
+        unless ``rid`` is given."""
+        r = Resident(self.recorder.arrivals if rid is None else rid, vp, vd, klass)
+        r.on_finished = self.env.event()
+        self.submit(r)
+
+        def wait() -> Generator[simpy.Event, object, Resident]:
+            yield r.on_finished
+            return r
+
+        return self.env.process(wait())
 
     @property
     def pending(self) -> int:

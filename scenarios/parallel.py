@@ -1,0 +1,48 @@
+"""Four engines behind five routers, at 95% of what four engines can hold.
+
+Requests arrive as Poisson with geometric sizes (means 1000 prompt + 100 output
+tokens) at 0.95 * lambda*, where lambda* = K * (bmax / t_bmax) / (m_p + m_d) is
+the K-engine capacity of SPEC 6.3 (K = 4, bmax = 512, CodeLlama-34B staircase:
+lambda* = 12.16 requests/s).  All five routers keep the system stable at this
+load, but not equally well: random routing leaves one engine idle while
+another queues; join-the-shortest-queue by unprocessed tokens never does, and
+power-of-two choices comes close with two looks per request.
+
+Run:  python scenarios/parallel.py   (table on the terminal, plot in plots/)
+"""
+
+from __future__ import annotations
+
+import os
+
+from llmqueue.plots import plot_pending
+from llmqueue.report import table
+from llmqueue.routers import router_names
+from llmqueue.scenarios import parallel
+
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
+                    "parallel_routers.png")
+SEED = 0
+COLUMNS = [("pending_mean", "pending mean", "{:.1f}"), ("pending_max", "pending max", "{:d}"),
+           ("backlog_mean", "backlog mean", "{:.0f}"), ("backlog_max", "backlog max", "{:d}"),
+           ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p99", "TTFT p99 s", "{:.2f}"),
+           ("load", "load", "{:.3f}"), ("completed", "done", "{:d}")]
+
+
+def main() -> None:
+    """Every router on the same arrivals: totals table and pending over time."""
+    params = parallel.SCENARIO.resolve({})
+    rate = parallel.arrival_rate(params)
+    print(f"{params['engines']} engines, bmax {params['bmax']}, load {params['load']} of "
+          f"lambda* = {rate / params['load']:.2f} req/s ({rate:.2f} req/s), "
+          f"horizon {parallel.HORIZON:.0f} s, seed {SEED}\n")
+    rows = [(router, parallel.simulate_router(params, router, parallel.HORIZON, SEED).total)
+            for router in router_names()]
+    print(table([r.row(label) for label, r in rows], COLUMNS))
+    plot_pending(rows, PLOT, f"{params['engines']} engines at {params['load']:.0%} of lambda*: "
+                 "pending requests over time (all engines), by router")
+    print(f"\nplot: {os.path.normpath(PLOT)}")
+
+
+if __name__ == "__main__":
+    main()
