@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from . import scenarios, sweep_cli
+from . import scenarios, sweep_cli, validation
 from .policies import make_policy, policy_names
 from .report import COLUMNS, table
 from .scenarios.base import Rows, Scenario
@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
     run.add_argument("--requests", metavar="FILE", help="CSV of every request")
     run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    run.add_argument("--max-pending", type=int, metavar="N",
+                     help="stop a run once more than N requests are pending (verdict "
+                          "'diverged'); single-engine scenarios")
     fit = sub.add_parser("fit", help="fit staircase and linear batch-time models to samples")
     fit.add_argument("file", help="CSV with the header tokens,seconds")
     fit.add_argument("--b0", type=int, help="staircase step width (default: searched)")
@@ -84,6 +87,10 @@ def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
     out = []
     for label, result in rows:
         s = result.summary
+        if s.get("diverged_at") is not None:
+            out.append(f"{label}: diverged: {s['pending_final']} requests pending at "
+                       f"t = {s['diverged_at']:.2f} s (the run stopped there)")
+            continue
         if s.get("verdict") is None or s.get("backlog_slope") is None:
             continue
         theory = "" if s.get("predicted") is None else \
@@ -109,6 +116,11 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
     logs = {"batches": bool(args.batches), "requests": bool(args.requests),
             "timeseries": bool(args.timeseries or args.plot)}
+    if args.max_pending is not None:
+        if scenario.extra.get("network"):
+            raise ValueError(f"--max-pending applies to single-engine scenarios; "
+                             f"{scenario.name} runs a network of engines")
+        logs["max_pending"] = validation.positive_int("--max-pending", args.max_pending)
     rows: Rows = scenario.run(params, args.horizon, args.seed, **logs)
     many = len(rows) > 1
     for label, result in rows:
@@ -160,7 +172,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
-    from . import theory, validation
+    from . import theory
     from .latency import tokens_time
     from .scenarios.base import engine_kwargs
     from .stability import predict

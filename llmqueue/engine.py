@@ -45,13 +45,26 @@ class Stalled(ValueError):
     """The policy formed an empty batch while residents still have work."""
 
 
+class Diverged(Exception):
+    """More requests are pending than the run allows (``max_pending``)."""
+
+    def __init__(self, now: int, pending: int) -> None:
+        super().__init__(now, pending)  # SimPy rebuilds exceptions from their args
+        self.now = now
+        self.pending = pending
+
+    def __str__(self) -> str:
+        return f"{self.pending} requests pending at t={self.now / 1e9:.3f} s"
+
+
 class Engine:
     """One inference server in a SimPy environment."""
 
     def __init__(self, env: simpy.Environment, policy: Policy, *, bmax: Optional[int] = 128,
                  kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
                  recorder: Optional[Recorder] = None, until: Optional[int] = None,
-                 skip_ahead: bool = True, name: str = "engine") -> None:
+                 skip_ahead: bool = True, max_pending: Optional[int] = None,
+                 name: str = "engine") -> None:
         self.env = env
         self.name = name
         self.bmax = validation.optional_positive_int("bmax", bmax)
@@ -64,6 +77,7 @@ class Engine:
         self.policy = policy.for_engine(self.latency, self.kmax)
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
+        self.max_pending = validation.optional_positive_int("max_pending", max_pending)
         self.skip_ahead = skip_ahead and policy.stationary
         slots = float("inf") if kmax is None else kmax
         self.gpu = simpy.Resource(env, capacity=1)
@@ -91,10 +105,12 @@ class Engine:
         if not self.waiting and self.pool.level >= 1:
             self.pool.get(1)  # nobody is ahead: the slot is taken now
             self._admit(r)
-            return
-        self.waiting.append(r)
-        if self._arrival is not None and not self._arrival.triggered:
-            self._arrival.succeed()
+        else:
+            self.waiting.append(r)
+            if self._arrival is not None and not self._arrival.triggered:
+                self._arrival.succeed()
+        if self.max_pending is not None and self.recorder.pending > self.max_pending:
+            raise Diverged(self.env.now, self.recorder.pending)
 
     def call(self, vp: int, vd: int, klass: Hashable = None,
              rid: Optional[int] = None) -> simpy.Event:

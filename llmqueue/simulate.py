@@ -11,7 +11,7 @@ import simpy
 
 from .clock import to_seconds, to_ticks
 from .drift import window_times
-from .engine import Engine, feed, restart_at, sample_windows
+from .engine import Diverged, Engine, feed, restart_at, sample_windows
 from .latency import LatencyModel
 from .metrics import BatchRow, Recorder
 from .policies import make_policy
@@ -95,14 +95,17 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
              kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
              chunked: bool = True, horizon: Optional[float] = None, batches: bool = False,
              requests: bool = False, timeseries: bool = False,
-             skip_ahead: bool = True, warmup: float = 0.0) -> Result:
+             skip_ahead: bool = True, warmup: float = 0.0,
+             max_pending: Optional[int] = None) -> Result:
     """Simulate one engine serving ``workload``.
 
     The run ends at ``horizon`` seconds, or, without one, when every request of
     a finite workload has arrived and finished.  ``batches``, ``requests`` and
     ``timeseries`` keep the logs of those names.  ``warmup`` seconds at the
     start are left out of the summary (warm-up deletion): its figures, and
-    the backlog drift windows, cover ``[warmup, horizon]``.
+    the backlog drift windows, cover ``[warmup, horizon]``.  ``max_pending``
+    stops the run as soon as more requests are pending: the summary's verdict
+    is then ``diverged`` and ``diverged_at`` the time (s).
     """
     if horizon is not None:
         validation.positive_number("horizon", horizon)
@@ -118,7 +121,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     recorder = Recorder(bmax if bmax is not None else 2**62, batches=batches,
                         requests=requests, timeseries=timeseries)
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
-                    until=until, skip_ahead=skip_ahead)
+                    until=until, skip_ahead=skip_ahead, max_pending=max_pending)
     env.process(feed(env, engine, workload, until))
     if until is not None:
         origin = to_ticks(warmup)
@@ -126,8 +129,12 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
             env.process(restart_at(env, recorder, origin))
         edges = [origin + edge for edge in window_times(until - origin)[:-1]]
         env.process(sample_windows(env, recorder, edges))
-    env.run(until=until)
-    end = until if until is not None else env.now
+    diverged: Optional[Diverged] = None
+    try:
+        env.run(until=until)
+    except Diverged as stop:
+        diverged = stop
+    end = until if until is not None and diverged is None else env.now
     recorder.close(end)
     if recorder.request_log is not None:
         recorder.request_log.extend(engine.residents)
@@ -139,6 +146,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
                           mean_decode=getattr(workload, "mean_decode", None),
                           work_conserving=pol.work_conserving, bmax=bmax, kmax=kmax,
                           latency=engine.latency))
+    summary["diverged_at"] = None
+    if diverged is not None:
+        summary.update(verdict="diverged", diverged_at=to_seconds(diverged.now))
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
               "latency": repr(engine.latency), "horizon": horizon, "warmup": warmup,
               "workload": getattr(workload, "description", repr(workload))}

@@ -89,6 +89,7 @@ SCENARIO = register(Scenario(
             "rate": Param("float", RATE, "jobs per second (Poisson)"),
             "review": Param("float", REVIEW_P, "chance a job asks the planner for a review")},
     run=run,
+    extra={"network": True},
     horizon=HORIZON,
     seeded=True,
 ))

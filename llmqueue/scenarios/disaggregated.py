@@ -158,6 +158,7 @@ SCENARIO = register(Scenario(
             "vp": Param("int", PREFILL, "mean prefill tokens (geometric)"),
             "vd": Param("int", DECODE, "mean decode tokens (geometric)")},
     run=run,
+    extra={"network": True},
     horizon=HORIZON,
     seeded=True,
 ))

@@ -89,6 +89,7 @@ SCENARIO = register(Scenario(
             "vp": Param("int", PREFILL, "prefill tokens per request (mean)"),
             "vd": Param("int", DECODE, "decode tokens per request (mean)")},
     run=run,
+    extra={"network": True},
     horizon=HORIZON,
     seeded=True,
 ))

@@ -96,6 +96,7 @@ SCENARIO = register(Scenario(
                               ("exiting", "entering", "both")),
             "load": Param("float", LOAD, "offered load of each engine (fraction of 768/unit)")},
     run=run,
+    extra={"network": True},
     horizon=HORIZON,
     seeded=True,
 ))
