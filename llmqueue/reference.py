@@ -75,6 +75,7 @@ def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optiona
         t = to_ticks(latency.batch_time(decode, prefill, requests))
         end = now + t
         if until is not None and end >= until:
+            arrive_until(until, inclusive=False)  # they came before the horizon
             break
         arrive_until(end, inclusive=False)
         batches.append((now, t, prefill, decode, requests, tuple(r.rid for r in plan.decode),

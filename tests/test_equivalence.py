@@ -64,3 +64,13 @@ def test_poisson_with_ties_in_time_matches_the_reference():
             for _ in range(300)]
     assert_same(q.from_list(rows), make_policy("sarathi"), bmax=64, kmax=8,
                 latency=q.Constant(0.05))
+
+
+def test_arrivals_during_the_iteration_cut_by_the_horizon_are_admitted():
+    # found by the property test: request 1 arrives at 1.751 s with a slot free,
+    # during the iteration [1.75, 2.0) that the 2 s horizon cuts off
+    rows = [(0.0, 0, 8, "a"), (1.751, 0, 1, "a")]
+    fast = assert_same(q.from_list(rows), make_policy("sarathi", chunked=False), bmax=600,
+                       kmax=2, latency=q.Constant(0.25), horizon=2.0)
+    admitted = {r.rid: r.admitted for r in fast.request_log}
+    assert admitted[1] == 1_751_000_000
