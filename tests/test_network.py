@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import simpy
 
-from llmqueue.classes import (Fixed, Geometric, PoissonSize, RequestClass, by_class,
-                              class_stream)
+from llmqueue.classes import RequestClass, by_class, class_stream
 from llmqueue.engine import Engine
 from llmqueue.latency import Constant, Staircase
 from llmqueue.network import Network, _lambda_star, merge_series
 from llmqueue.policies import ClassPriority, Sarathi
 from llmqueue.routers import make_router
 from llmqueue.simulate import simulate
+from llmqueue.sizes import Fixed, Geometric, PoissonSize
 from llmqueue.workload import poisson
 
 from invariants import check_run
@@ -99,7 +99,7 @@ def test_lambda_star_is_the_spec_figure_times_k():
 
 def test_class_stream_has_each_class_at_its_rate_with_its_sizes():
     classes = [RequestClass("chat", 3.0, PoissonSize(40), Fixed(20)),
-                RequestClass("code", 1.0, Geometric(500), PoissonSize(2, minimum=1))]
+                RequestClass("code", 1.0, Geometric(500), PoissonSize(2))]
     arrivals = [a for a in class_stream(classes, seed=7, count=8000)]
     horizon = arrivals[-1].time
     for c in classes:

@@ -11,14 +11,14 @@ FasterTransformer leave budget unused and their queues grow without bound.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional
-
-import numpy as np
+from typing import Dict, List, Optional
 
 from .. import theory, validation
+from ..arrivals import Poisson
 from ..latency import tokens_time
 from ..simulate import simulate
-from ..workload import Arrival, Workload
+from ..sizes import Geometric
+from ..workload import Workload, compose
 from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
 
 MEAN_PREFILL = 129       # tokens per prompt, on average
@@ -43,28 +43,8 @@ WHY: Dict[str, str] = {
 def geometric_workload(rate: float, mean_prefill: float, mean_decode: float,
                        seed: int = 0) -> Workload:
     """Poisson arrivals at ``rate`` per second with geometric prompt and output
-    lengths on {1, 2, ...} of the given means, from one seeded generator."""
-    validation.positive_number("rate", rate)
-    for name, mean in (("mean_prefill", mean_prefill), ("mean_decode", mean_decode)):
-        if not validation.positive_number(name, mean) >= 1:
-            raise ValueError(f"{name} must be a number >= 1 (geometric on 1, 2, ...), "
-                             f"got {mean!r}")
-    validation.nonnegative_int("seed", seed)
-
-    def make() -> Iterator[Arrival]:
-        rng = np.random.default_rng(seed)
-        t = 0.0
-        while True:
-            gaps = rng.exponential(1.0 / rate, 4096).tolist()
-            prefill = rng.geometric(1.0 / mean_prefill, 4096).tolist()
-            decode = rng.geometric(1.0 / mean_decode, 4096).tolist()
-            for gap, p, d in zip(gaps, prefill, decode):
-                t += gap
-                yield Arrival(t, p, d)
-
-    return Workload(make, None, f"poisson rate={rate:.4g}/s, geometric lengths with means "
-                    f"{mean_prefill}+{mean_decode} tokens, seed={seed}",
-                    rate=rate, mean_prefill=mean_prefill, mean_decode=mean_decode)
+    lengths on {1, 2, ...} of the given means (:func:`~llmqueue.workload.compose`)."""
+    return compose(Poisson(rate), Geometric(mean_prefill), Geometric(mean_decode), seed=seed)
 
 
 def rate_of(params: Dict[str, object]) -> float:

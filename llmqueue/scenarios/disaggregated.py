@@ -17,10 +17,11 @@ from typing import Dict, Generator, List, Optional, Tuple
 
 import simpy
 
-from ..classes import Geometric, percentiles
+from ..classes import percentiles
 from ..clock import to_seconds
 from ..network import Network, _lambda_star
 from ..simulate import Result
+from ..sizes import Geometric
 from ..workflows import JobContext, JobRecord, start_jobs
 from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
 

@@ -16,7 +16,8 @@ from typing import Dict, Optional
 
 from ..network import Network, NetworkResult, _lambda_star
 from ..routers import router_names
-from ..classes import Geometric, RequestClass, class_stream
+from ..sizes import Geometric
+from ..classes import RequestClass, class_stream
 from ..workload import Workload, poisson
 from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
 
