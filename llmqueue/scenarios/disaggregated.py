@@ -17,9 +17,10 @@ from typing import Dict, Generator, List, Optional, Tuple
 
 import simpy
 
+from .. import theory
 from ..classes import percentiles
 from ..clock import to_seconds
-from ..network import Network, _lambda_star
+from ..network import Network
 from ..simulate import Result
 from ..sizes import Geometric
 from ..workflows import JobContext, JobRecord, start_jobs
@@ -114,8 +115,8 @@ def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: in
         net.add_replicas("decode", gpus - prefill_gpus, **engine)
         pools = ["prefill", "decode"]
         workflow = disaggregated(params)
-    rate = params["load"] * _lambda_star(gpus, kw["bmax"], kw["latency"],
-                                         params["vp"] + params["vd"])
+    rate = params["load"] * gpus * theory.lambda_star(kw["bmax"], params["vp"], params["vd"],
+                                                      kw["latency"])
     jobs = start_jobs(net, workflow, rate, seed=seed)
     result = net.run(horizon)
     rows = [(f"{mode}/{pool}", net.combine([pool])) for pool in pools] if mode != "colocated" \

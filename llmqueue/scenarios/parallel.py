@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ..network import Network, NetworkResult, _lambda_star
+from .. import theory, validation
+from ..network import Network, NetworkResult
+from ..classes import RequestClass, class_stream
 from ..routers import router_names
 from ..sizes import Geometric
-from ..classes import RequestClass, class_stream
 from ..workload import Workload, poisson
 from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
 
@@ -34,8 +35,9 @@ def arrival_rate(params: Dict[str, object]) -> float:
     latency = engine_kwargs(params)["latency"]
     if params["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (lambda* needs a budget), got None")
-    return params["load"] * _lambda_star(params["engines"], params["bmax"], latency,
-                                         params["vp"] + params["vd"])
+    engines = validation.positive_int("engines", params["engines"])
+    return params["load"] * engines * theory.lambda_star(params["bmax"], params["vp"],
+                                                         params["vd"], latency)
 
 
 def workload(params: Dict[str, object], seed: int) -> Workload:
