@@ -18,7 +18,7 @@ import numpy as np
 import simpy
 
 from .classes import by_class
-from .clock import to_seconds, to_ticks
+from .clock import to_ticks, wait_until
 from .engine import Engine
 from .latency import LatencyModel
 from .metrics import Recorder
@@ -140,16 +140,9 @@ class Network:
 
     def _feed(self, target: str, arrivals: Iterable[Arrival]
               ) -> Generator[simpy.Event, object, None]:
-        env = self.env
         for arrival in arrivals:
-            at = to_ticks(arrival[0])
-            if self.until is not None and at >= self.until:
+            if not (yield from wait_until(self.env, arrival[0], self.until, "arrival times")):
                 return
-            if at < env.now:
-                raise ValueError(f"arrival times must not decrease: {arrival[0]} s comes "
-                                 f"after {to_seconds(env.now)} s")
-            if at > env.now:
-                yield env.timeout(at - env.now)
             self.call(target, arrival[1], arrival[2], arrival[3] if len(arrival) > 3 else None)
 
     def combine(self, names: Sequence[str]) -> Result:

@@ -16,10 +16,10 @@ from typing import Dict, List, Optional
 from .. import theory, validation
 from ..arrivals import Poisson
 from ..latency import tokens_time
-from ..simulate import simulate
 from ..sizes import Geometric
 from ..workload import Workload, compose
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import (Param, Rows, Scenario, each_scheduler, engine_kwargs, engine_params,
+                   register)
 
 MEAN_PREFILL = 129       # tokens per prompt, on average
 MEAN_DECODE = 112        # tokens per output, on average
@@ -61,15 +61,8 @@ def rate_of(params: Dict[str, object]) -> float:
 def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
         **logs: bool) -> Rows:
     """The four schedulers on one arrival stream (or one, if a scheduler is given)."""
-    rate = rate_of(params)
-    names = SCHEDULERS if params["scheduler"] is None else (params["scheduler"],)
-    out: Rows = []
-    for name in names:
-        workload = geometric_workload(rate, params["vp"], params["vd"], seed or 0)
-        result = simulate(workload, horizon=horizon or HORIZON,
-                          **engine_kwargs({**params, "scheduler": name}), **logs)
-        out.append((name, result))
-    return out
+    workload = geometric_workload(rate_of(params), params["vp"], params["vd"], seed or 0)
+    return each_scheduler(params, SCHEDULERS, workload, horizon or HORIZON, **logs)
 
 
 def explain(rows: Rows, params: Dict[str, object]) -> List[str]:
@@ -104,10 +97,8 @@ SCENARIO = register(Scenario(
     name="blowup",
     summary="teaching demo: Fig. 1 workload (Poisson, geometric 129+112 tokens) at 0.95 of "
             "lambda*, four schedulers",
-    params={**ENGINE_PARAMS,
+    params={**engine_params(bmax=BMAX, kmax=None),
             "scheduler": Param("str", None, "run only this scheduler (default: all four)"),
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
             "load": Param("float", LOAD, "arrival rate as a fraction of lambda*"),
             "vp": Param("float", float(MEAN_PREFILL), "mean prompt tokens (geometric)"),
             "vd": Param("float", float(MEAN_DECODE), "mean output tokens (geometric)")},

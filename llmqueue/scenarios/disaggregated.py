@@ -24,7 +24,7 @@ from ..network import Network
 from ..simulate import Result
 from ..sizes import Geometric
 from ..workflows import JobContext, JobRecord, start_jobs
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 GPUS = 4
 PREFILL_GPUS = 3
@@ -150,9 +150,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
 SCENARIO = register(Scenario(
     name="disaggregated",
     summary="prefill and decode on separate pools against the same GPUs colocated",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "gpus": Param("int", GPUS, "engines in all, in both modes"),
             "prefill_gpus": Param("int", PREFILL_GPUS, "of them, prefill engines (disaggregated)"),
             "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)"),

@@ -20,7 +20,7 @@ from ..classes import RequestClass, class_stream
 from ..routers import router_names
 from ..sizes import Geometric
 from ..workload import Workload, poisson
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 ENGINES = 4
 LOAD = 0.95
@@ -81,9 +81,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
 SCENARIO = register(Scenario(
     name="parallel",
     summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "engines": Param("int", ENGINES, "number of identical engines K"),
             "router": Param("str", "jsq-tokens", "router (all: one total row per router)",
                             tuple(router_names()) + ("all",)),

@@ -17,7 +17,7 @@ import numpy as np
 from .. import theory
 from ..simulate import Result, simulate
 from ..workload import poisson
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 PREFILL = 100          # tokens per prompt
 DECODE = 100           # tokens per output
@@ -95,9 +95,7 @@ SCENARIO = register(Scenario(
     name="theorem2",
     summary="SPEC 6.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
             "(Poisson, 100+100 tokens, bmax 512)",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "vp": Param("int", PREFILL, "prefill tokens per request"),
             "vd": Param("int", DECODE, "decode tokens per request"),
             "loads": Param("str", ",".join(f"{x:g}" for x in LOADS),
