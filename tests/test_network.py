@@ -139,3 +139,13 @@ def test_same_seed_same_numbers():
         return net.run().total.summary
 
     assert run() == run()
+
+
+def test_the_public_api_is_exported_at_the_top():
+    import types
+
+    import llmqueue as q
+    assert q.__all__ == sorted(q.__all__)
+    assert all(hasattr(q, name) for name in q.__all__)
+    assert q.Network is Network and q.class_stream is class_stream and q.Geometric is Geometric
+    assert isinstance(q.theory, types.ModuleType) and isinstance(q.sweep, types.ModuleType)
