@@ -1,97 +1,25 @@
 """Request classes: each with its own arrival rate and size laws (SPEC 6.4),
 and figures broken down by class.
 
-A size law draws token counts from a seeded numpy generator.  A class stream
-superposes independent Poisson streams, one per class, into one
-:class:`~llmqueue.workload.Workload` whose arrivals carry their class; any
-engine, pool or :func:`~llmqueue.simulate` run takes it as is.
+Sizes follow the laws of :mod:`llmqueue.sizes` (a plain integer is a fixed
+size).  A class stream superposes independent Poisson streams, one per class,
+into one :class:`~llmqueue.workload.Workload` whose arrivals carry their class;
+any engine, pool or :func:`~llmqueue.simulate` run takes it as is.
 :func:`by_class` turns the requests of a run back into per-class figures.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Dict, Hashable, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from .clock import to_seconds
+from .sizes import Fixed, SizeLike, as_law, decode_sizes
 from .state import Resident
 from .workload import Arrival, Workload
 from . import validation
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """Always ``tokens`` tokens."""
-
-    tokens: int
-
-    def __post_init__(self) -> None:
-        validation.nonnegative_int("tokens", self.tokens)
-
-    def draw(self, rng: np.random.Generator) -> int:
-        """One size."""
-        return self.tokens
-
-
-@dataclass(frozen=True)
-class PoissonSize:
-    """Poisson(``mean``) tokens, raised to ``minimum`` when a draw falls below
-    it (decode sizes need ``minimum=1``; Poisson(32) is 0 with probability
-    e^-32, about 1e-14, so the mean is unchanged for any practical purpose)."""
-
-    mean: float
-    minimum: int = 0
-
-    def __post_init__(self) -> None:
-        validation.positive_number("mean", self.mean)
-        validation.nonnegative_int("minimum", self.minimum)
-
-    def draw(self, rng: np.random.Generator) -> int:
-        """One size."""
-        return max(self.minimum, int(rng.poisson(self.mean)))
-
-
-@dataclass(frozen=True)
-class Uniform:
-    """Uniform on the integers ``low .. high - 1``."""
-
-    low: int
-    high: int
-
-    def __post_init__(self) -> None:
-        validation.nonnegative_int("low", self.low)
-        if not isinstance(self.high, int) or self.high <= self.low:
-            raise ValueError(f"high must be an integer > low={self.low}, got {self.high!r}")
-
-    def draw(self, rng: np.random.Generator) -> int:
-        """One size."""
-        return int(rng.integers(self.low, self.high))
-
-
-@dataclass(frozen=True)
-class Geometric:
-    """Geometric tokens on 1, 2, ... with mean ``mean`` (the discrete
-    exponential: a high-variance size law)."""
-
-    mean: float
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.mean, (int, float)) or not self.mean >= 1:
-            raise ValueError(f"mean must be a number >= 1, got {self.mean!r}")
-
-    def draw(self, rng: np.random.Generator) -> int:
-        """One size."""
-        return int(rng.geometric(1.0 / self.mean))
-
-
-SizeLaw = Union[Fixed, PoissonSize, Uniform, Geometric]
-
-
-def size_law(spec: Union[int, SizeLaw]) -> SizeLaw:
-    """A size law, or a fixed one from a plain integer."""
-    return Fixed(spec) if isinstance(spec, int) and not isinstance(spec, bool) else spec
 
 
 @dataclass(frozen=True)
@@ -101,8 +29,8 @@ class RequestClass:
 
     name: Hashable
     rate: float
-    prefill: Union[int, SizeLaw]
-    decode: Union[int, SizeLaw]
+    prefill: SizeLike
+    decode: SizeLike
 
     def __post_init__(self) -> None:
         validation.positive_number(f"class {self.name!r} rate", self.rate)
@@ -119,10 +47,10 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
     rates = np.array([c.rate for c in classes], dtype=float)
     total = float(rates.sum())
     share = rates / total
-    laws = [(size_law(c.prefill), size_law(c.decode)) for c in classes]
+    laws = [(as_law("prefill", c.prefill), as_law("decode", c.decode)) for c in classes]
     for prefill, decode in laws:
-        if isinstance(decode, Fixed) and decode.tokens < 1:
-            raise ValueError(f"decode sizes must be >= 1, got a fixed {decode.tokens}")
+        if isinstance(decode, Fixed) and decode.value < 1:
+            raise ValueError(f"decode sizes must be >= 1, got a fixed {decode.value}")
 
     def make() -> Iterator[Arrival]:
         rng = np.random.default_rng(seed)
@@ -131,7 +59,8 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
             t += float(rng.exponential(1.0 / total))
             i = int(rng.choice(len(classes), p=share))
             prefill, decode = laws[i]
-            yield Arrival(t, prefill.draw(rng), max(1, decode.draw(rng)), classes[i].name)
+            yield Arrival(t, prefill.draw(rng), int(decode_sizes(decode, rng, 1)[0]),
+                          classes[i].name)
 
     names = ", ".join(f"{c.name}@{c.rate}/s" for c in classes)
     return Workload(make, count, f"classes {names}, seed={seed}")

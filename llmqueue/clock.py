@@ -9,6 +9,10 @@ reported time is within half a nanosecond per batch of exact arithmetic.
 
 from __future__ import annotations
 
+from typing import Generator, Optional
+
+import simpy
+
 TICKS_PER_SECOND: int = 1_000_000_000
 
 
@@ -20,3 +24,20 @@ def to_ticks(seconds: float) -> int:
 def to_seconds(ticks: int) -> float:
     """Convert nanoseconds back to seconds."""
     return ticks / TICKS_PER_SECOND
+
+
+def wait_until(env: simpy.Environment, seconds: float, until: Optional[int], what: str
+               ) -> Generator[simpy.Event, object, bool]:
+    """In a SimPy process (``yield from``): wait until time ``seconds`` and
+    return True, or return False at once when that time is at or past ``until``
+    (ticks; ``None``: no end).  Times must not decrease: a time before now is a
+    ValueError naming ``what``."""
+    at = to_ticks(seconds)
+    if until is not None and at >= until:
+        return False
+    if at < env.now:
+        raise ValueError(f"{what} must not decrease: {seconds} s comes after "
+                         f"{to_seconds(env.now)} s")
+    if at > env.now:
+        yield env.timeout(at - env.now)
+    return True

@@ -28,7 +28,7 @@ from typing import Deque, Dict, Generator, Hashable, Iterable, Optional, Tuple
 
 import simpy
 
-from .clock import to_ticks
+from .clock import to_ticks, wait_until
 from .latency import LatencyModel, Staircase
 from .metrics import Recorder
 from .policies import BUILTIN, Policy
@@ -271,14 +271,8 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float,
     at their times, numbering requests from 0 in arrival order."""
     rid = 0
     for arrival in arrivals:
-        at = to_ticks(arrival[0])
-        if until is not None and at >= until:
+        if not (yield from wait_until(env, arrival[0], until, "arrival times")):
             return
-        if at < env.now:
-            raise ValueError(f"arrival times must not decrease: request {rid} arrives at "
-                             f"{arrival[0]} s, after {env.now / 1e9} s")
-        if at > env.now:
-            yield env.timeout(at - env.now)
         klass = arrival[3] if len(arrival) > 3 else None
         engine.submit(Resident(rid, arrival[1], arrival[2], klass))
         rid += 1

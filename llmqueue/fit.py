@@ -112,12 +112,8 @@ def fit_staircase(tokens: Sequence[float], seconds: Sequence[float],
 def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:
     """``(tokens, seconds)`` arrays from a CSV with the header ``tokens,seconds``.
     A malformed row is an error naming the file and line."""
-    try:
-        handle = open(path, newline="")
-    except OSError as exc:
-        raise ValueError(f"path: cannot read {path!r}: {exc.strerror}") from None
     tokens, seconds = [], []
-    with handle:
+    with validation.open_text(path) as handle:
         reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         if header != ["tokens", "seconds"]:

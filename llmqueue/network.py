@@ -18,26 +18,16 @@ import numpy as np
 import simpy
 
 from .classes import by_class
-from .clock import to_seconds, to_ticks
+from .clock import to_ticks, wait_until
 from .engine import Engine
-from .latency import LatencyModel, tokens_time
+from .latency import LatencyModel
 from .metrics import Recorder
 from .policies import make_policy
 from .routers import Router, make_router
 from .simulate import Result
 from .state import Resident
 from .workload import Arrival
-from . import validation
-
-
-def _lambda_star(engines: int, bmax: int, latency: LatencyModel, mean_tokens: float) -> float:
-    """Requests per second ``K`` identical work-conserving engines can hold
-    behind JSQ by tokens: ``K * (bmax / t_bmax) / (m_p + m_d)`` (SPEC 6.3).
-    (Private until it moves to the theory module.)"""
-    validation.positive_int("engines", engines)
-    validation.positive_int("bmax", bmax)
-    validation.positive_number("mean_tokens", mean_tokens)
-    return engines * (bmax / tokens_time(latency, bmax)) / mean_tokens
+from . import theory, validation
 
 
 def capacity(engine: Engine) -> Optional[float]:
@@ -45,7 +35,7 @@ def capacity(engine: Engine) -> Optional[float]:
     ``None`` without a budget."""
     if engine.bmax is None:
         return None
-    return engine.bmax / tokens_time(engine.latency, engine.bmax)
+    return theory.token_capacity(engine.bmax, engine.latency)
 
 
 @dataclass
@@ -150,16 +140,9 @@ class Network:
 
     def _feed(self, target: str, arrivals: Iterable[Arrival]
               ) -> Generator[simpy.Event, object, None]:
-        env = self.env
         for arrival in arrivals:
-            at = to_ticks(arrival[0])
-            if self.until is not None and at >= self.until:
+            if not (yield from wait_until(self.env, arrival[0], self.until, "arrival times")):
                 return
-            if at < env.now:
-                raise ValueError(f"arrival times must not decrease: {arrival[0]} s comes "
-                                 f"after {to_seconds(env.now)} s")
-            if at > env.now:
-                yield env.timeout(at - env.now)
             self.call(target, arrival[1], arrival[2], arrival[3] if len(arrival) > 3 else None)
 
     def combine(self, names: Sequence[str]) -> Result:

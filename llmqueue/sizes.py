@@ -8,6 +8,8 @@ form (used by capacity figures and by the tests).  The laws:
 * :class:`UniformInt` ``(low, high)``: uniform on the integers ``low .. high - 1``
   (half-open, as SPEC 6.6 writes ``[1500, 2500)``);
 * :class:`PoissonSize` ``(mean)``: Poisson counts;
+* :class:`Geometric` ``(mean)``: geometric on ``1, 2, ...`` (the discrete
+  exponential, a high-variance law), ``mean >= 1``;
 * :class:`LogNormal` ``(mean, cv)``: a lognormal with mean ``mean`` and
   coefficient of variation ``cv`` (standard deviation / mean), rounded to the
   nearest integer.  With ``s2 = ln(1 + cv**2)`` the underlying normal has
@@ -17,8 +19,10 @@ form (used by capacity figures and by the tests).  The laws:
 * :class:`Empirical` ``(values)``: resampled uniformly, with replacement, from
   observed counts (a trace column).
 
-A decode law that draws 0 gives 1 in a workload (a request has ``vd >= 1``),
-see :func:`llmqueue.workload.compose`.
+``draw(rng)`` is one draw as a plain ``int`` (for job code that draws a size
+at a time).  A decode law that draws 0 gives 1 in a workload (a request has
+``vd >= 1``): :func:`decode_sizes` applies that rule, for
+:func:`llmqueue.workload.compose` and every other stream.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class SizeLaw:
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` independent draws as an int64 array."""
         raise NotImplementedError
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """One draw as a plain ``int``."""
+        return int(self.sample(rng, 1)[0])
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -83,6 +91,21 @@ class PoissonSize(SizeLaw):
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` Poisson draws."""
         return rng.poisson(self.mean, n).astype(np.int64)
+
+
+class Geometric(SizeLaw):
+    """Geometric counts on ``1, 2, ...`` with mean ``mean`` (success probability
+    ``1 / mean``): the discrete exponential, a high-variance size law."""
+
+    def __init__(self, mean: float) -> None:
+        if not validation.positive_number("mean", mean) >= 1:
+            raise ValueError(f"mean must be a number >= 1 (geometric on 1, 2, ...), "
+                             f"got {mean!r}")
+        self.mean = float(mean)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` geometric draws."""
+        return rng.geometric(1.0 / self.mean, n).astype(np.int64)
 
 
 class LogNormal(SizeLaw):
@@ -158,3 +181,9 @@ def as_law(name: str, law: SizeLike) -> SizeLaw:
         return law
     validation.nonnegative_int(name, law)
     return Fixed(law)
+
+
+def decode_sizes(law: SizeLaw, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` decode sizes from ``law``: a draw of 0 gives 1 (a request has
+    ``vd >= 1``)."""
+    return np.maximum(law.sample(rng, n), 1)

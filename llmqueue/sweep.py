@@ -243,11 +243,7 @@ class RowWriter:
 
 def read_rows(path: str) -> List[Row]:
     """The rows of a sweep's CSV file, numbers as numbers and empty cells as ``None``."""
-    try:
-        handle = open(path, newline="")
-    except OSError as exc:
-        raise ValueError(f"cannot read {path!r}: {exc.strerror}") from None
-    with handle:
+    with validation.open_text(path, "csv") as handle:
         reader = csv.DictReader(handle)
         if not reader.fieldnames or "replicate" not in reader.fieldnames \
                 or "label" not in reader.fieldnames:

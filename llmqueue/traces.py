@@ -86,11 +86,7 @@ class Trace:
 def read_trace(path: str, zero_decode: str = "one") -> Trace:
     """Read a generic or Azure 2023 trace file (see the module docstring)."""
     validation.choice("zero_decode", zero_decode, ZERO_DECODE)
-    try:
-        handle = open(path, newline="")
-    except OSError as exc:
-        raise ValueError(f"path: cannot read {path!r}: {exc.strerror}") from None
-    with handle:
+    with validation.open_text(path) as handle:
         reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         if header[:3] == GENERIC and len(header) in (3, 4):

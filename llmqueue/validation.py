@@ -7,7 +7,7 @@ parameter, the value given and what is allowed.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, TextIO
 
 
 def _is_int(value: Any) -> bool:
@@ -69,3 +69,13 @@ def choice(name: str, value: Any, allowed: Iterable[str]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
     return value
+
+
+def open_text(path: str, name: str = "path") -> TextIO:
+    """``path`` opened for reading as text (``newline=""``, as the csv module
+    wants); a file that cannot be opened is a ValueError naming ``name``, the
+    path and the reason."""
+    try:
+        return open(path, newline="")
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot read {path!r}: {exc.strerror}") from None

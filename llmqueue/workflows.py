@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 from .classes import percentiles
-from .clock import to_seconds, to_ticks
+from .clock import to_seconds, to_ticks, wait_until
 from .network import Network
 from .state import Resident
 from . import validation
@@ -145,14 +145,8 @@ def _source(net: Network, workflow: Workflow, clock: Iterator[float], klass: Has
             ) -> Generator[simpy.Event, object, None]:
     env = net.env
     for jid, time in enumerate(clock):
-        at = to_ticks(time)
-        if net.until is not None and at >= net.until:
+        if not (yield from wait_until(env, time, net.until, "job times")):
             return
-        if at < env.now:
-            raise ValueError(f"job times must not decrease: {time} s comes after "
-                             f"{to_seconds(env.now)} s")
-        if at > env.now:
-            yield env.timeout(at - env.now)
         record = JobRecord(jid, klass, env.now)
         records.append(record)
         env.process(_job(JobContext(net, record, rng), workflow))

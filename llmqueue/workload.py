@@ -17,7 +17,7 @@ import numpy as np
 
 from . import validation
 from .arrivals import BLOCK, ArrivalLaw, Poisson, Renewal
-from .sizes import SizeLike, as_law
+from .sizes import SizeLike, as_law, decode_sizes
 
 
 class Arrival(NamedTuple):
@@ -84,7 +84,7 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
         times = arrivals.times(streams[0])
         while True:
             vp = prefill_law.sample(streams[1], BLOCK).tolist()
-            vd = np.maximum(decode_law.sample(streams[2], BLOCK), 1).tolist()
+            vd = decode_sizes(decode_law, streams[2], BLOCK).tolist()
             for p, d, t in zip(vp, vd, times):
                 yield Arrival(t, p, d, klass)
 

@@ -45,7 +45,7 @@ def draw(rows: Dict[str, Result], params: Dict[str, object], path: str) -> None:
         result = rows[label]
         t, _, backlog = result.timeseries()
         left.step(t, backlog, where="post", color=colour, linewidth=1,
-                  label=f"{label} ({result.summary['rate']:.2f} req/s), seed 0")
+                  label=f"{label} ({result.summary['rate']:.2f} req/s), first seed")
         fluid = result.summary["fluid_slope"]
         left.plot([0, t[-1]], [0, fluid * t[-1]], color=colour, linestyle="--",
                   label=f"fluid: {fluid:.0f} tokens/s")

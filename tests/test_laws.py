@@ -11,7 +11,8 @@ import pytest
 
 import llmqueue as q
 from llmqueue.arrivals import Gamma, Poisson, Renewal, TraceTimes
-from llmqueue.sizes import Empirical, Fixed, LogNormal, Mixture, PoissonSize, UniformInt
+from llmqueue.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
+                            UniformInt, decode_sizes)
 
 Z = 5.0
 N = 200_000
@@ -54,6 +55,21 @@ def test_poisson_size_mean_equals_variance():
     assert_var(x, 32, kurtosis_excess=1 / 32)
 
 
+def test_geometric_is_on_one_up_with_the_given_mean():
+    law = Geometric(129)
+    x = law.sample(rng(), N)
+    assert law.mean == 129.0 and x.min() >= 1
+    var = 129 * 128  # (1 - p) / p^2 with p = 1 / 129
+    assert_mean(x, 129, math.sqrt(var))
+    assert set(Geometric(1).sample(rng(), 100).tolist()) == {1}
+
+
+def test_decode_sizes_raise_zero_to_one_and_draw_is_one_int():
+    x = decode_sizes(PoissonSize(0.5), rng(), 1000)
+    assert x.min() == 1 and (x > 1).any()
+    assert isinstance(PoissonSize(3).draw(rng()), int)
+
+
 def test_lognormal_has_the_given_mean_and_cv():
     mean, cv = 500.0, 1.5
     x = LogNormal(mean, cv).sample(rng(), N)
@@ -87,7 +103,8 @@ def test_empirical_resamples_the_values_uniformly():
 @pytest.mark.parametrize("bad", [lambda: UniformInt(5, 5), lambda: LogNormal(100, 0),
                                  lambda: PoissonSize(-1), lambda: Mixture([]),
                                  lambda: Empirical([]), lambda: Empirical([1.5]),
-                                 lambda: Fixed(-1)])
+                                 lambda: Fixed(-1), lambda: Geometric(0.5),
+                                 lambda: Geometric(float("inf"))])
 def test_bad_size_parameters_are_value_errors(bad):
     with pytest.raises(ValueError):
         bad()

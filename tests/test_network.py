@@ -4,14 +4,15 @@ import numpy as np
 import pytest
 import simpy
 
-from llmqueue.classes import (Fixed, Geometric, PoissonSize, RequestClass, by_class,
-                              class_stream)
+from llmqueue.classes import RequestClass, by_class, class_stream
 from llmqueue.engine import Engine
-from llmqueue.latency import Constant, Staircase
-from llmqueue.network import Network, _lambda_star, merge_series
+from llmqueue.latency import Constant
+from llmqueue.network import Network, merge_series
 from llmqueue.policies import ClassPriority, Sarathi
 from llmqueue.routers import make_router
+from llmqueue.scenarios import parallel
 from llmqueue.simulate import simulate
+from llmqueue.sizes import Fixed, Geometric, PoissonSize
 from llmqueue.workload import poisson
 
 from invariants import check_run
@@ -94,12 +95,14 @@ def test_every_engine_of_a_pool_obeys_the_rules_and_the_total_adds_up():
 def test_lambda_star_is_the_spec_figure_times_k():
     # SPEC 6.2: (512 / 0.15316) / 200 = 16.71 req/s for one engine
     for k in (1, 2, 4, 8):
-        assert _lambda_star(k, 512, Staircase(), 200) == pytest.approx(k * 16.71, rel=1e-3)
+        params = parallel.SCENARIO.resolve({"engines": str(k), "load": "1", "bmax": "512",
+                                            "vp": "100", "vd": "100"})
+        assert parallel.arrival_rate(params) == pytest.approx(k * 16.71, rel=1e-3)
 
 
 def test_class_stream_has_each_class_at_its_rate_with_its_sizes():
     classes = [RequestClass("chat", 3.0, PoissonSize(40), Fixed(20)),
-                RequestClass("code", 1.0, Geometric(500), PoissonSize(2, minimum=1))]
+                RequestClass("code", 1.0, Geometric(500), PoissonSize(2))]
     arrivals = [a for a in class_stream(classes, seed=7, count=8000)]
     horizon = arrivals[-1].time
     for c in classes:
@@ -136,3 +139,13 @@ def test_same_seed_same_numbers():
         return net.run().total.summary
 
     assert run() == run()
+
+
+def test_the_public_api_is_exported_at_the_top():
+    import types
+
+    import llmqueue as q
+    assert q.__all__ == sorted(q.__all__)
+    assert all(hasattr(q, name) for name in q.__all__)
+    assert q.Network is Network and q.class_stream is class_stream and q.Geometric is Geometric
+    assert isinstance(q.theory, types.ModuleType) and isinstance(q.sweep, types.ModuleType)

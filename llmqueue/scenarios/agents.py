@@ -16,7 +16,7 @@ import simpy
 
 from ..network import Network, NetworkResult, capacity
 from ..workflows import JobContext, JobRecord, job_summary, start_jobs
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 PLANNER = (300, 50)       # prefill, decode tokens of the planning call
 WORKER = (500, 200)       # of each worker call
@@ -84,8 +84,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
 SCENARIO = register(Scenario(
     name="agents",
     summary="SPEC 6.4: planner -> 3 parallel workers -> aggregator over three engines",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
+    params={**engine_params(bmax=BMAX),
             "rate": Param("float", RATE, "jobs per second (Poisson)"),
             "review": Param("float", REVIEW_P, "chance a job asks the planner for a review")},
     run=run,

@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-from ..simulate import simulate
 from ..traces import read_trace
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import ENGINE_PARAMS, Param, Rows, Scenario, each_scheduler, register
 
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
 SPEEDUP = 0.25
@@ -46,12 +45,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
         raise ValueError(f"speedup must be a number > 0, got {speedup!r}")
     workload = trace.workload(limit=params["limit"],
                               rate=None if speedup == 1 else trace.arrival_law().rate * speedup)
-    names = SCHEDULERS if params["scheduler"] is None else (params["scheduler"],)
-    rows: Rows = []
-    for name in names:
-        result = simulate(workload, horizon=horizon, **engine_kwargs({**params, "scheduler": name}),
-                          **logs)
-        rows.append((str(name), result))
+    rows = each_scheduler(params, SCHEDULERS, workload, horizon, **logs)
     if params["cdf"]:
         from ..plots import plot_latency_cdfs
         plot_latency_cdfs(rows, str(params["cdf"]), f"{workload.description}: latency CDFs")

@@ -3,11 +3,12 @@ that turns them into labelled runs.  The CLI and the scripts share these."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..latency import Staircase
-from ..simulate import Result
+from ..simulate import Result, simulate
+from ..workload import Workload
 
 Rows = List[Tuple[str, Result]]
 
@@ -69,10 +70,32 @@ ENGINE_PARAMS: Dict[str, Param] = {
 }
 
 
+def engine_params(**defaults: object) -> Dict[str, Param]:
+    """:data:`ENGINE_PARAMS` with some defaults changed (same types and help),
+    e.g. ``engine_params(bmax=512, kmax=None)``."""
+    unknown = set(defaults) - set(ENGINE_PARAMS)
+    if unknown:
+        raise ValueError(f"not engine parameters: {', '.join(sorted(unknown))}; allowed: "
+                         f"{', '.join(ENGINE_PARAMS)}")
+    return {name: replace(p, default=defaults[name]) if name in defaults else p
+            for name, p in ENGINE_PARAMS.items()}
+
+
 def engine_kwargs(p: Mapping[str, object]) -> Dict[str, object]:
     """Keyword arguments of :func:`llmqueue.simulate` from engine parameters."""
     return {"policy": p["scheduler"], "bmax": p["bmax"], "kmax": p["kmax"],
             "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"])}
+
+
+def each_scheduler(params: Mapping[str, object], schedulers: Sequence[str],
+                   workload: Workload, horizon: Optional[float], **logs: bool) -> Rows:
+    """A ``(scheduler, result)`` row for each of ``schedulers`` (or only
+    ``params["scheduler"]`` when set), all on ``workload`` with the engine
+    parameters of ``params``."""
+    names = schedulers if params["scheduler"] is None else (params["scheduler"],)
+    return [(str(name), simulate(workload, horizon=horizon,
+                                 **engine_kwargs({**params, "scheduler": name}), **logs))
+            for name in names]
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,15 @@ FasterTransformer leave budget unused and their queues grow without bound.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional
-
-import numpy as np
+from typing import Dict, List, Optional
 
 from .. import theory, validation
+from ..arrivals import Poisson
 from ..latency import tokens_time
-from ..simulate import simulate
-from ..workload import Arrival, Workload
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from ..sizes import Geometric
+from ..workload import Workload, compose
+from .base import (Param, Rows, Scenario, each_scheduler, engine_kwargs, engine_params,
+                   register)
 
 MEAN_PREFILL = 129       # tokens per prompt, on average
 MEAN_DECODE = 112        # tokens per output, on average
@@ -43,28 +43,8 @@ WHY: Dict[str, str] = {
 def geometric_workload(rate: float, mean_prefill: float, mean_decode: float,
                        seed: int = 0) -> Workload:
     """Poisson arrivals at ``rate`` per second with geometric prompt and output
-    lengths on {1, 2, ...} of the given means, from one seeded generator."""
-    validation.positive_number("rate", rate)
-    for name, mean in (("mean_prefill", mean_prefill), ("mean_decode", mean_decode)):
-        if not validation.positive_number(name, mean) >= 1:
-            raise ValueError(f"{name} must be a number >= 1 (geometric on 1, 2, ...), "
-                             f"got {mean!r}")
-    validation.nonnegative_int("seed", seed)
-
-    def make() -> Iterator[Arrival]:
-        rng = np.random.default_rng(seed)
-        t = 0.0
-        while True:
-            gaps = rng.exponential(1.0 / rate, 4096).tolist()
-            prefill = rng.geometric(1.0 / mean_prefill, 4096).tolist()
-            decode = rng.geometric(1.0 / mean_decode, 4096).tolist()
-            for gap, p, d in zip(gaps, prefill, decode):
-                t += gap
-                yield Arrival(t, p, d)
-
-    return Workload(make, None, f"poisson rate={rate:.4g}/s, geometric lengths with means "
-                    f"{mean_prefill}+{mean_decode} tokens, seed={seed}",
-                    rate=rate, mean_prefill=mean_prefill, mean_decode=mean_decode)
+    lengths on {1, 2, ...} of the given means (:func:`~llmqueue.workload.compose`)."""
+    return compose(Poisson(rate), Geometric(mean_prefill), Geometric(mean_decode), seed=seed)
 
 
 def rate_of(params: Dict[str, object]) -> float:
@@ -81,15 +61,8 @@ def rate_of(params: Dict[str, object]) -> float:
 def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
         **logs: bool) -> Rows:
     """The four schedulers on one arrival stream (or one, if a scheduler is given)."""
-    rate = rate_of(params)
-    names = SCHEDULERS if params["scheduler"] is None else (params["scheduler"],)
-    out: Rows = []
-    for name in names:
-        workload = geometric_workload(rate, params["vp"], params["vd"], seed or 0)
-        result = simulate(workload, horizon=horizon or HORIZON,
-                          **engine_kwargs({**params, "scheduler": name}), **logs)
-        out.append((name, result))
-    return out
+    workload = geometric_workload(rate_of(params), params["vp"], params["vd"], seed or 0)
+    return each_scheduler(params, SCHEDULERS, workload, horizon or HORIZON, **logs)
 
 
 def explain(rows: Rows, params: Dict[str, object]) -> List[str]:
@@ -124,10 +97,8 @@ SCENARIO = register(Scenario(
     name="blowup",
     summary="teaching demo: Fig. 1 workload (Poisson, geometric 129+112 tokens) at 0.95 of "
             "lambda*, four schedulers",
-    params={**ENGINE_PARAMS,
+    params={**engine_params(bmax=BMAX, kmax=None),
             "scheduler": Param("str", None, "run only this scheduler (default: all four)"),
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
             "load": Param("float", LOAD, "arrival rate as a fraction of lambda*"),
             "vp": Param("float", float(MEAN_PREFILL), "mean prompt tokens (geometric)"),
             "vd": Param("float", float(MEAN_DECODE), "mean output tokens (geometric)")},

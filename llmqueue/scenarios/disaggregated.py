@@ -17,12 +17,14 @@ from typing import Dict, Generator, List, Optional, Tuple
 
 import simpy
 
-from ..classes import Geometric, percentiles
+from .. import theory
+from ..classes import percentiles
 from ..clock import to_seconds
-from ..network import Network, _lambda_star
+from ..network import Network
 from ..simulate import Result
+from ..sizes import Geometric
 from ..workflows import JobContext, JobRecord, start_jobs
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 GPUS = 4
 PREFILL_GPUS = 3
@@ -113,8 +115,8 @@ def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: in
         net.add_replicas("decode", gpus - prefill_gpus, **engine)
         pools = ["prefill", "decode"]
         workflow = disaggregated(params)
-    rate = params["load"] * _lambda_star(gpus, kw["bmax"], kw["latency"],
-                                         params["vp"] + params["vd"])
+    rate = params["load"] * gpus * theory.lambda_star(kw["bmax"], params["vp"], params["vd"],
+                                                      kw["latency"])
     jobs = start_jobs(net, workflow, rate, seed=seed)
     result = net.run(horizon)
     rows = [(f"{mode}/{pool}", net.combine([pool])) for pool in pools] if mode != "colocated" \
@@ -148,9 +150,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
 SCENARIO = register(Scenario(
     name="disaggregated",
     summary="prefill and decode on separate pools against the same GPUs colocated",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "gpus": Param("int", GPUS, "engines in all, in both modes"),
             "prefill_gpus": Param("int", PREFILL_GPUS, "of them, prefill engines (disaggregated)"),
             "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)"),

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..simulate import Result, simulate
 from ..workload import renewal
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
 from . import point_c
 
 KMAX = 100
@@ -49,8 +49,7 @@ def run_point(params: Dict[str, object], horizon: Optional[float], seed: Optiona
 POINT = register(Scenario(
     name="kmax-point",
     summary="one engine at prefill/decode token rates (lambda_p, lambda_d); sweep it",
-    params={**ENGINE_PARAMS,
-            "kmax": Param("int-or-none", KMAX, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(kmax=KMAX),
             "lambda_p": Param("float", 290 / point_c.GAP, "prefill tokens per second"),
             "lambda_d": Param("float", 990 / point_c.GAP, "decode tokens per second"),
             "gap": Param("float", point_c.GAP, "seconds between arrivals")},

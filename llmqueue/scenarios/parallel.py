@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ..network import Network, NetworkResult, _lambda_star
+from .. import theory, validation
+from ..network import Network, NetworkResult
+from ..classes import RequestClass, class_stream
 from ..routers import router_names
-from ..classes import Geometric, RequestClass, class_stream
+from ..sizes import Geometric
 from ..workload import Workload, poisson
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 ENGINES = 4
 LOAD = 0.95
@@ -33,8 +35,9 @@ def arrival_rate(params: Dict[str, object]) -> float:
     latency = engine_kwargs(params)["latency"]
     if params["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (lambda* needs a budget), got None")
-    return params["load"] * _lambda_star(params["engines"], params["bmax"], latency,
-                                         params["vp"] + params["vd"])
+    engines = validation.positive_int("engines", params["engines"])
+    return params["load"] * engines * theory.lambda_star(params["bmax"], params["vp"],
+                                                         params["vd"], latency)
 
 
 def workload(params: Dict[str, object], seed: int) -> Workload:
@@ -78,9 +81,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
 SCENARIO = register(Scenario(
     name="parallel",
     summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "engines": Param("int", ENGINES, "number of identical engines K"),
             "router": Param("str", "jsq-tokens", "router (all: one total row per router)",
                             tuple(router_names()) + ("all",)),

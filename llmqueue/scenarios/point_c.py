@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..simulate import simulate
 from ..workload import renewal
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from .base import Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 GAP = 0.4675          # seconds between arrivals
 PREFILL = 290         # tokens per prompt
@@ -56,9 +56,8 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
 SCENARIO = register(Scenario(
     name="point-c",
     summary="SPEC 6.1: the six schedulers at the Theorem 2 boundary (290+990 tokens every 0.4675 s)",
-    params={**ENGINE_PARAMS,
+    params={**engine_params(kmax=KMAX),
             "scheduler": Param("str", None, "run only this scheduler's row (default: all six)"),
-            "kmax": Param("int-or-none", KMAX, ENGINE_PARAMS["kmax"].help),
             "gap": Param("float", GAP, "seconds between arrivals"),
             "vp": Param("int", PREFILL, "prefill tokens per request"),
             "vd": Param("int", DECODE, "decode tokens per request")},

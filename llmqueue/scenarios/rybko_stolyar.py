@@ -17,16 +17,16 @@ from typing import Dict, Generator, List, Optional, Tuple
 
 import simpy
 
-from ..classes import PoissonSize
 from ..latency import Constant
 from ..network import Network, NetworkResult
 from ..policies import ClassPriority, Sarathi
+from ..sizes import PoissonSize, SizeLaw, decode_sizes
 from ..workflows import JobContext, job_summary, start_jobs
 from .base import Param, Rows, Scenario, register
 
 BMAX = 768
-SHORT = (PoissonSize(32), PoissonSize(32, minimum=1))    # prefill, decode of a short hop
-LONG = (PoissonSize(512), PoissonSize(32, minimum=1))    # prefill, decode of a long hop
+SHORT = (PoissonSize(32), PoissonSize(32))               # prefill, decode of a short hop
+LONG = (PoissonSize(512), PoissonSize(32))               # prefill, decode of a long hop
 HOP_TOKENS = 32 + 32 + 512 + 32                          # 608 mean tokens per job
 LOAD = 0.9
 RATE = LOAD * BMAX / HOP_TOKENS                          # jobs of each type per unit time
@@ -44,11 +44,18 @@ def ranking(priority: str, engine: str) -> List[str]:
     return exiting + entering if priority == "exiting" else entering + exiting
 
 
+def hop(ctx: JobContext, engine: str, laws: Tuple[SizeLaw, SizeLaw]) -> simpy.Event:
+    """A call at ``engine`` with prefill and decode sizes drawn from ``laws``
+    (a decode draw of 0 gives 1)."""
+    prefill, decode = laws
+    return ctx.call(engine, prefill.draw(ctx.rng), int(decode_sizes(decode, ctx.rng, 1)[0]))
+
+
 def route(ctx: JobContext) -> Generator[simpy.Event, object, None]:
     """A job: the short hop at its first engine, then the long hop at its second."""
     first, second = ROUTES[ctx.klass]
-    yield ctx.call(first, SHORT[0].draw(ctx.rng), SHORT[1].draw(ctx.rng))
-    yield ctx.call(second, LONG[0].draw(ctx.rng), LONG[1].draw(ctx.rng))
+    yield hop(ctx, first, SHORT)
+    yield hop(ctx, second, LONG)
 
 
 def build(priority: str, load: float = LOAD, seed: int = 0, batches: bool = False

@@ -3,21 +3,22 @@
 Poisson arrivals, every request 100 prefill + 100 decode tokens, bmax = 512, no
 kmax, the CodeLlama-34B staircase: t_512 = 0.15316 s, a token capacity of
 512 / 0.15316 = 3342.9 tokens/s and lambda* = 16.71 req/s.  At each load (a
-fraction of lambda*) several seeds run; a row gives the mean backlog slope
-over the seeds, its standard error, and the fluid slope
+fraction of lambda*) several seeds run, as a sweep of the ``single`` scenario
+over the arrival rate (:mod:`llmqueue.sweep`); a row gives the mean backlog
+slope over the seeds, its standard error, and the fluid slope
 ``max(0, lambda * 200 - 512 / t_512)``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .. import theory
-from ..simulate import Result, simulate
-from ..workload import poisson
-from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from ..simulate import Result
+from . import single
+from .base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
 
 PREFILL = 100          # tokens per prompt
 DECODE = 100           # tokens per output
@@ -46,63 +47,73 @@ def parse_loads(text: str) -> List[float]:
     return loads
 
 
-def load_row(fraction: float, runs: Sequence[Result], rate: float, fluid: float
+def load_row(fraction: float, runs: Sequence[Mapping[str, object]], rate: float, fluid: float
              ) -> Dict[str, object]:
-    """One load's figures over its seeds: the mean slope and its standard error."""
-    slopes = np.array([r.summary["backlog_slope"] for r in runs], dtype=float)
+    """One load's figures over its seeds (the sweep's rows of its runs): the
+    mean slope and its standard error."""
+    slopes = np.array([r["backlog_slope"] for r in runs], dtype=float)
     se = float(slopes.std(ddof=1) / np.sqrt(len(slopes))) if len(slopes) > 1 else None
     mean = float(slopes.mean())
-    verdicts = [r.summary["verdict"] for r in runs]
+    verdicts = [r["verdict"] for r in runs]
     return {"load": fraction, "rate": rate, "seeds": len(runs), "slope": mean, "slope_se": se,
             "fluid_slope": fluid, "z": (mean - fluid) / se if se else None,
-            "slopes": slopes.tolist(), "slope_se_runs": [r.summary["backlog_slope_se"]
-                                                          for r in runs],
+            "slopes": slopes.tolist(), "slope_se_runs": [r["backlog_slope_se"] for r in runs],
             "stable_runs": verdicts.count("stable"),
             "unstable_runs": verdicts.count("unstable"),
-            "predicted": runs[0].summary["predicted"],
-            "pending_mean": float(np.mean([r.summary["pending_mean"] for r in runs])),
-            "backlog_final": float(np.mean([r.summary["backlog_final"] for r in runs]))}
+            "predicted": runs[0]["predicted"],
+            "pending_mean": float(np.mean([r["pending_mean"] for r in runs])),
+            "backlog_final": float(np.mean([r["backlog_final"] for r in runs]))}
 
 
 def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
         **logs: bool) -> Rows:
-    """One row per load; its logs are those of the load's first seed."""
+    """One row per load, from a sweep of the ``single`` scenario over the
+    arrival rate (Poisson, ``seeds`` replicates per rate, seeded from ``seed``).
+    Logs, when asked for, are those of each load's first replicate (run again
+    with the same seed)."""
+    from .. import sweep as sweeps  # the sweep machinery imports the scenarios
+
     p = params
     seeds = p["seeds"]
     if not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"seeds must be an integer >= 2 (a standard error needs two "
                          f"runs); got {seeds!r}")
-    kwargs = engine_kwargs(p)
     if p["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (Theorem 2 needs a budget); "
                          "got none")
-    star = theory.lambda_star(p["bmax"], p["vp"], p["vd"], kwargs["latency"])
-    rows: Rows = []
-    for fraction in parse_loads(str(p["loads"])):
-        rate = fraction * star
-        runs = [simulate(poisson(rate, p["vp"], p["vd"], seed=(seed or 0) + k),
-                         horizon=horizon or HORIZON, **kwargs, **(logs if k == 0 else {}))
-                for k in range(seeds)]
-        fluid = theory.fluid_slope(rate, p["bmax"], p["vp"], p["vd"], kwargs["latency"])
-        first = runs[0]
-        rows.append((f"{fraction:.2f} lambda*",
-                     Result(load_row(fraction, runs, rate, fluid), first.params,
-                            first.batch_log, first.request_log, first.series)))
-    return rows
+    latency = engine_kwargs(p)["latency"]
+    star = theory.lambda_star(p["bmax"], p["vp"], p["vd"], latency)
+    fractions = parse_loads(str(p["loads"]))
+    rates = [fraction * star for fraction in fractions]
+    fixed = {**{k: p[k] for k in ENGINE_PARAMS}, "arrival": "poisson", "vp": p["vp"],
+             "vd": p["vd"]}
+    tasks = sweeps.plan(single.SCENARIO, {"rate": rates}, seeds, fixed=fixed,
+                        horizon=horizon or HORIZON, base_seed=seed or 0)
+    runs = [row for rows in sweeps.execute(tasks, progress=False) for row in rows]
+    out: Rows = []
+    for i, (fraction, rate) in enumerate(zip(fractions, rates)):
+        fluid = theory.fluid_slope(rate, p["bmax"], p["vp"], p["vd"], latency)
+        summary = load_row(fraction, runs[i * seeds:(i + 1) * seeds], rate, fluid)
+        result = Result(summary)
+        if any(logs.values()):
+            task = tasks[i * seeds]
+            _, first = task.scenario.run(task.params, task.horizon, task.seed, **logs)[0]
+            result = Result(summary, first.params, first.batch_log, first.request_log,
+                            first.series)
+        out.append((f"{fraction:.2f} lambda*", result))
+    return out
 
 
 SCENARIO = register(Scenario(
     name="theorem2",
     summary="SPEC 6.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
             "(Poisson, 100+100 tokens, bmax 512)",
-    params={**ENGINE_PARAMS,
-            "bmax": Param("int-or-none", BMAX, ENGINE_PARAMS["bmax"].help),
-            "kmax": Param("int-or-none", None, ENGINE_PARAMS["kmax"].help),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "vp": Param("int", PREFILL, "prefill tokens per request"),
             "vd": Param("int", DECODE, "decode tokens per request"),
             "loads": Param("str", ",".join(f"{x:g}" for x in LOADS),
                            "comma-separated loads, as fractions of lambda*"),
-            "seeds": Param("int", SEEDS, "runs per load (seeds seed, seed+1, ...)")},
+            "seeds": Param("int", SEEDS, "runs per load (run seeds drawn by the sweep from seed)")},
     run=run,
     horizon=HORIZON,
     seeded=True,
