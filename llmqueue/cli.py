@@ -79,7 +79,14 @@ def cmd_list() -> None:
     for name, scenario in scenarios.REGISTRY.items():
         print(f"scenario   {name:<18} {scenario.summary}")
     for name in policy_names():
-        print(f"scheduler  {name:<18} {make_policy(name).__doc__.splitlines()[0]}")
+        print(f"scheduler  {name:<18} {_first_sentence(make_policy(name).__doc__ or '')}")
+
+
+def _first_sentence(doc: str) -> str:
+    """A docstring's first sentence on one line."""
+    text = " ".join(doc.split("\n\n")[0].split()).replace("``", "")
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
 
 
 def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
@@ -175,6 +182,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     from . import theory
     from .latency import tokens_time
     from .scenarios.base import engine_kwargs
+    from .scenarios.single import arrival_rate
     from .stability import predict
     p = scenarios.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
     if p["bmax"] is None:
@@ -184,10 +192,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     vp = validation.nonnegative_int("vp", p["vp"])
     vd = validation.positive_int("vd", p["vd"])
     bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
-    if p["arrival"] == "poisson" and p["rate"] is not None:
-        rate = validation.positive_number("rate", p["rate"])
-    else:
-        rate = 1.0 / validation.positive_number("gap", p["gap"])
+    rate = arrival_rate(p)
     names = [p["scheduler"]] if args.scheduler else policy_names()
     verdicts = {}
     for name in names:

@@ -28,7 +28,7 @@ at a time).  A decode law that draws 0 gives 1 in a workload (a request has
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -48,6 +48,10 @@ class SizeLaw:
         """One draw as a plain ``int``."""
         return int(self.sample(rng, 1)[0])
 
+    def zero_probability(self) -> Optional[float]:
+        """The probability of drawing 0 (``None`` where unknown)."""
+        return None
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
@@ -59,6 +63,10 @@ class Fixed(SizeLaw):
     def __init__(self, value: int) -> None:
         self.value = validation.nonnegative_int("value", value)
         self.mean = float(value)
+
+    def zero_probability(self) -> float:
+        """1 for a fixed size of 0, else 0."""
+        return float(self.value == 0)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` copies of ``value``."""
@@ -77,6 +85,10 @@ class UniformInt(SizeLaw):
         self.low, self.high = low, high
         self.mean = (low + high - 1) / 2
 
+    def zero_probability(self) -> float:
+        """``1 / (high - low)`` when 0 is in the range."""
+        return 1.0 / (self.high - self.low) if self.low == 0 else 0.0
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` uniform integers in ``[low, high)``."""
         return rng.integers(self.low, self.high, n, dtype=np.int64)
@@ -87,6 +99,10 @@ class PoissonSize(SizeLaw):
 
     def __init__(self, mean: float) -> None:
         self.mean = validation.positive_number("mean", mean)
+
+    def zero_probability(self) -> float:
+        """``exp(-mean)``."""
+        return math.exp(-self.mean)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` Poisson draws."""
@@ -102,6 +118,10 @@ class Geometric(SizeLaw):
             raise ValueError(f"mean must be a number >= 1 (geometric on 1, 2, ...), "
                              f"got {mean!r}")
         self.mean = float(mean)
+
+    def zero_probability(self) -> float:
+        """Never: geometric counts start at 1."""
+        return 0.0
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` geometric draws."""
@@ -119,6 +139,10 @@ class LogNormal(SizeLaw):
         s2 = math.log1p(cv * cv)
         self._sigma = math.sqrt(s2)
         self._mu = math.log(mean) - s2 / 2
+
+    def zero_probability(self) -> float:
+        """The chance the lognormal falls below 0.5 (rounded to 0)."""
+        return 0.5 * math.erfc(-(math.log(0.5) - self._mu) / (self._sigma * math.sqrt(2)))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` rounded lognormal draws."""
@@ -140,6 +164,11 @@ class Mixture(SizeLaw):
         self.weights = np.array([w / total for w, _ in parts])
         self.laws = [law for _, law in parts]
         self.mean = float(sum(w * law.mean for w, law in zip(self.weights, self.laws)))
+
+    def zero_probability(self) -> Optional[float]:
+        """The weighted chances of the parts (``None`` if one is unknown)."""
+        parts = [law.zero_probability() for law in self.laws]
+        return None if None in parts else float(np.dot(self.weights, parts))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Pick a law per draw, then draw from each law for its picks."""
@@ -164,6 +193,10 @@ class Empirical(SizeLaw):
         self._values = data.astype(np.int64)
         self.mean = float(self._values.mean())
 
+    def zero_probability(self) -> float:
+        """The share of zeros among the observed counts."""
+        return float(np.mean(self._values == 0))
+
     def __repr__(self) -> str:
         return f"Empirical({self._values.size} values, mean={self.mean:.1f})"
 
@@ -187,3 +220,10 @@ def decode_sizes(law: SizeLaw, rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` decode sizes from ``law``: a draw of 0 gives 1 (a request has
     ``vd >= 1``)."""
     return np.maximum(law.sample(rng, n), 1)
+
+
+def decode_mean(law: SizeLaw) -> Optional[float]:
+    """The mean of :func:`decode_sizes` draws: ``E[max(X, 1)] = mean + P(X = 0)``
+    (``None`` where the law's chance of 0 is unknown)."""
+    zero = law.zero_probability()
+    return None if zero is None else law.mean + zero

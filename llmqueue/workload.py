@@ -17,7 +17,7 @@ import numpy as np
 
 from . import validation
 from .arrivals import BLOCK, ArrivalLaw, Poisson, Renewal
-from .sizes import SizeLike, as_law, decode_sizes
+from .sizes import SizeLike, as_law, decode_mean, decode_sizes
 
 
 class Arrival(NamedTuple):
@@ -91,7 +91,7 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
                            f"seed={seed}")
     return Workload(make, count, text, rate=getattr(arrivals, "rate", None),
-                    mean_prefill=prefill_law.mean, mean_decode=decode_law.mean)
+                    mean_prefill=prefill_law.mean, mean_decode=decode_mean(decode_law))
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:

@@ -12,7 +12,7 @@ import pytest
 import llmqueue as q
 from llmqueue.arrivals import Gamma, Poisson, Renewal, TraceTimes
 from llmqueue.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
-                            UniformInt, decode_sizes)
+                            UniformInt, decode_mean, decode_sizes)
 
 Z = 5.0
 N = 200_000
@@ -164,3 +164,15 @@ def test_same_seed_same_requests_and_independent_streams():
 def test_compose_clamps_zero_decode_draws_to_one():
     out = list(q.compose(q.Renewal(1.0), 0, q.PoissonSize(0.5), count=2000, seed=3))
     assert min(x.decode for x in out) == 1 and min(x.prefill for x in out) == 0
+
+
+@pytest.mark.parametrize("law, rounding", [
+    (PoissonSize(1.5), 0.0), (UniformInt(0, 4), 0.0), (Empirical([0, 0, 3, 7]), 0.0),
+    (Mixture([(0.5, Fixed(0)), (0.5, Fixed(9))]), 0.0),
+    (LogNormal(2.0, 1.5), 0.05)])  # the rounded lognormal's mean is its mean to ~0.05
+def test_decode_mean_counts_zero_draws_as_one(law, rounding):
+    # decode sizes raise a draw of 0 to 1: the workload's mean must say so
+    draws = decode_sizes(law, np.random.default_rng(4), 200_000)
+    se = draws.std() / np.sqrt(draws.size)
+    assert abs(draws.mean() - decode_mean(law)) < 5 * se + rounding
+    assert decode_mean(law) > law.mean  # each law here can draw 0
