@@ -16,6 +16,7 @@ from typing import Dict, Hashable, Iterable, Iterator, List, Optional, Sequence
 import numpy as np
 
 from .clock import to_seconds
+from .metrics import named_percentiles
 from .sizes import Fixed, SizeLike, as_law, decode_sizes
 from .state import Resident
 from .workload import Arrival, Workload
@@ -66,28 +67,36 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
     return Workload(make, count, f"classes {names}, seed={seed}")
 
 
-def by_class(requests: Iterable[Resident]) -> Dict[Hashable, Dict[str, object]]:
+def by_class(requests: Iterable[Resident], end: Optional[int] = None
+             ) -> Dict[Hashable, Dict[str, object]]:
     """Per-class figures from a run's requests (``Result.request_log`` or a
-    network's calls): counts and TTFT / TPOT / E2E percentiles in seconds."""
+    network's calls): counts, pending (time average over ``[0, end]`` and at
+    the end), tokens served per second by finished requests, and TTFT / TPOT /
+    E2E percentiles in seconds.  ``end`` (ticks) is the run's end; by default
+    the last event among the requests."""
+    requests = list(requests)
+    if end is None:
+        end = max((r.finished if r.finished is not None else r.arrival for r in requests),
+                  default=0)
     groups: Dict[Hashable, List[Resident]] = {}
     for r in requests:
         groups.setdefault(r.klass, []).append(r)
     out: Dict[Hashable, Dict[str, object]] = {}
     for klass, rs in groups.items():
-        done = [r for r in rs if r.finished is not None]
+        done = [r for r in rs if r.finished is not None and r.finished <= end]
         ttft = [to_seconds(r.first_token - r.arrival) for r in done]
         tpot = [to_seconds(r.finished - r.first_token) / (r.vd - 1) for r in done if r.vd > 1]
         e2e = [to_seconds(r.finished - r.arrival) for r in done]
-        row: Dict[str, object] = {"arrivals": len(rs), "completed": len(done)}
+        # pending(t) for the class integrates to the time its requests spent in the system
+        sojourn = sum(min(r.finished if r.finished is not None else end, end) - r.arrival
+                      for r in rs if r.arrival <= end)
+        row: Dict[str, object] = {
+            "arrivals": len(rs), "completed": len(done),
+            "pending_mean": sojourn / end if end else None,
+            "pending_final": sum(1 for r in rs if r.arrival <= end
+                                 and (r.finished is None or r.finished > end)),
+            "tokens_per_s": sum(r.vp + r.vd for r in done) / to_seconds(end) if end else None}
         for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-            row.update(percentiles(name, values))
+            row.update(named_percentiles(name, values))
         out[klass] = row
     return out
-
-
-def percentiles(name: str, values: Sequence[float]) -> Dict[str, Optional[float]]:
-    """``name_p50``, ``name_p90``, ``name_p99`` of ``values`` (None when empty)."""
-    if not len(values):
-        return {f"{name}_p{q}": None for q in (50, 90, 99)}
-    p = np.percentile(np.asarray(values, dtype=float), [50, 90, 99])
-    return {f"{name}_p50": float(p[0]), f"{name}_p90": float(p[1]), f"{name}_p99": float(p[2])}

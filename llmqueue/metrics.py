@@ -14,7 +14,7 @@ iteration at a time would give.
 from __future__ import annotations
 
 from array import array
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -193,10 +193,10 @@ class Recorder:
         """The summary figures of the ``--json`` contract (times in seconds),
         over ``[origin, end]`` (origin 0 unless :meth:`restart` moved it)."""
         span = end - self._origin
-        ttft = _percentiles(self.ttft)
+        ttft = percentiles(self.ttft)
         slope, slope_se = edge_slope([t for t, _ in self.windows],
                                      [b for _, b in self.windows])
-        tpot = _percentiles(self.tpot)
+        tpot = percentiles(self.tpot)
         return {
             "arrivals": self.arrivals,
             "completed": self.completed,
@@ -238,8 +238,17 @@ def _violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -
     return max(0, min(i0 + n, limit) - i0)
 
 
-def _percentiles(values: "array[float]") -> Tuple[Optional[float], ...]:
+#: The percentiles every distribution is summarised by (SPEC 5).
+QUANTILES = (50, 90, 99)
+
+
+def percentiles(values: Sequence[float]) -> Tuple[Optional[float], ...]:
+    """p50, p90 and p99 of ``values`` (``None`` each when there are none)."""
     if not len(values):
-        return (None, None, None)
-    return tuple(float(x) for x in np.percentile(np.frombuffer(values, dtype=float),
-                                                 [50, 90, 99]))
+        return (None,) * len(QUANTILES)
+    return tuple(float(x) for x in np.percentile(np.asarray(values, dtype=float), QUANTILES))
+
+
+def named_percentiles(name: str, values: Sequence[float]) -> Dict[str, Optional[float]]:
+    """``{name}_p50``, ``{name}_p90`` and ``{name}_p99`` of ``values``."""
+    return dict(zip((f"{name}_p{q}" for q in QUANTILES), percentiles(values)))

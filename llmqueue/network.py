@@ -270,4 +270,4 @@ class NetworkResult:
 
     def by_class(self) -> Dict[Hashable, Dict[str, object]]:
         """Per-class figures over every request of the network."""
-        return by_class(self.total.request_log)
+        return by_class(self.total.request_log, self.end)

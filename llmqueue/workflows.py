@@ -25,7 +25,7 @@ from typing import (Callable, Dict, Generator, Hashable, Iterable, Iterator, Lis
 import numpy as np
 import simpy
 
-from .classes import percentiles
+from .metrics import named_percentiles
 from .clock import to_seconds, to_ticks, wait_until
 from .network import Network
 from .state import Resident
@@ -163,7 +163,7 @@ def job_summary(records: List[JobRecord]) -> Dict[str, object]:
     done = [r for r in records if r.end is not None]
     e2e = [r.e2e for r in done]
     out: Dict[str, object] = {"jobs": len(records), "jobs_completed": len(done)}
-    out.update(percentiles("job_e2e", e2e))
+    out.update(named_percentiles("job_e2e", e2e))
     out["job_e2e_mean"] = float(np.mean(e2e)) if e2e else None
     out["calls_per_job"] = float(np.mean([len(r.calls) for r in done])) if done else None
     return out

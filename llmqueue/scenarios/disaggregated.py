@@ -18,7 +18,7 @@ from typing import Dict, Generator, List, Optional, Tuple
 import simpy
 
 from .. import theory
-from ..classes import percentiles
+from ..metrics import named_percentiles
 from ..clock import to_seconds
 from ..network import Network
 from ..simulate import Result
@@ -78,7 +78,7 @@ def request_figures(jobs: List[JobRecord]) -> Dict[str, object]:
                 tpot.append(to_seconds(job.end - first.first_token) / (vd - 1))
     out: Dict[str, object] = {"requests": len(jobs), "requests_completed": len(e2e)}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-        out.update(percentiles(name, values))
+        out.update(named_percentiles(name, values))
     return out
 
 
