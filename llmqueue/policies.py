@@ -24,7 +24,7 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from . import validation
 from .latency import LatencyModel, Staircase, tokens_time
-from .state import Plan, Resident, SimpleView, View
+from .state import Plan, Resident, SimpleView, View, population
 
 PlanFunction = Callable[[View, int], Plan]
 
@@ -164,7 +164,8 @@ class StepFill(Policy):
     the decodes' step cannot add a decoder: it only lengthens the iteration for
     every decoder, which does not pay (SPEC 6.5).  At point C with bmax = 1024
     this rule keeps the stable 29 + 99 shape that Sarathi-1024 abandons; with
-    free slots (or no kmax) it is Sarathi.
+    free slots (or no kmax) it is Sarathi.  Under :class:`ClassPriority` the
+    rule applies to each class's share in turn (the pool is the whole engine's).
     """
 
     name = "step-fill"
@@ -199,8 +200,7 @@ class StepFill(Policy):
     def plan(self, view: View, budget: int) -> Plan:
         decode = take_decodes(view.decoding, budget)
         room = budget - len(decode)
-        if decode and self.kmax is not None and \
-                len(view.decoding) + len(view.prefilling) >= self.kmax:
+        if decode and self.kmax is not None and population(view) >= self.kmax:
             room = self.step_end(len(decode), budget) - len(decode)
         return Plan(decode, take_prefill(view.prefilling, room, self.chunked))
 
@@ -240,7 +240,7 @@ class WholePrefill(Policy):
     def plan(self, view: View, budget: int) -> Plan:
         if view.prefilling:
             first = view.prefilling[0]
-            return Plan((), [(first, min(first.prefill_left, budget))])
+            return Plan((), [(first, min(first.prefill_left, budget))] if budget > 0 else [])
         return Plan(take_decodes(view.decoding, budget), ())
 
 
@@ -283,14 +283,17 @@ class ClassPriority(Policy):
             return len(self.ranking)
 
     def plan(self, view: View, budget: int) -> Plan:
+        whole = population(view)
         groups: Dict[int, SimpleView] = {}
         for attr in ("decoding", "prefilling"):
             for r in getattr(view, attr):
-                group = groups.setdefault(self._rank(r.klass), SimpleView([], []))
+                group = groups.setdefault(self._rank(r.klass), SimpleView([], [], whole))
                 getattr(group, attr).append(r)
         decode: List[Resident] = []
         prefill: List[Tuple[Resident, int]] = []
         for rank in sorted(groups):
+            if budget <= 0:
+                break
             part = self.inner(groups[rank], budget)
             decode.extend(part.decode)
             prefill.extend(part.prefill)

@@ -47,11 +47,15 @@ def shape_rate(p: int, d: int, latency: LatencyModel) -> Point:
     return (p / t, d / t)
 
 
-def _totals(bmax: int, latency: LatencyModel) -> Sequence[int]:
+def _totals(bmax: int, cap: int, latency: LatencyModel) -> Sequence[int]:
+    """Batch totals whose shapes can be vertices.  Up to the enumeration limit
+    all of them; beyond it (staircase only) the top of each step, ``bmax``, and
+    the largest decode-only batch ``min(cap, bmax)``: within one step the time is
+    the same, so the largest total of the step dominates its other shapes."""
     if bmax <= ENUMERATION_LIMIT:
         return range(1, bmax + 1)
     if isinstance(latency, Staircase):
-        return sorted({*range(latency.b0, bmax + 1, latency.b0), bmax})
+        return sorted({*range(latency.b0, bmax + 1, latency.b0), bmax, min(cap, bmax)})
     raise ValueError(f"bmax must be <= {ENUMERATION_LIMIT} for a {type(latency).__name__} "
                      f"model (only staircase regions are computed beyond); got {bmax}")
 
@@ -66,7 +70,7 @@ def feasible_rates(bmax: int, kmax: Optional[int], latency: LatencyModel) -> Lis
     cap = bmax if kmax is None else kmax
     staircase = isinstance(latency, Staircase)
     points: List[Point] = []
-    for b in _totals(bmax, latency):
+    for b in _totals(bmax, cap, latency):
         most = min(cap - 1, b - 1)  # decodes beside a prefill chunk
         splits = (0, most) if staircase else range(most + 1)
         points.extend(shape_rate(b - d, d, latency) for d in splits)

@@ -88,10 +88,19 @@ class Plan(NamedTuple):
 
 
 class SimpleView(NamedTuple):
-    """A hand-made :class:`View`."""
+    """A hand-made :class:`View`, or a part of one.  ``population`` is the
+    number of residents of the whole engine when this view shows only some
+    of them (a class under class priority); ``None`` means these are all."""
 
     decoding: Sequence[Resident]
     prefilling: Sequence[Resident]
+    population: Optional[int] = None
+
+
+def population(view: View) -> int:
+    """How many residents the engine behind ``view`` holds."""
+    whole = getattr(view, "population", None)
+    return whole if whole is not None else len(view.decoding) + len(view.prefilling)
 
 
 def make_view(residents: Sequence[Tuple[Hashable, int, int]],

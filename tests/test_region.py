@@ -6,6 +6,7 @@ import llmqueue as q
 from llmqueue.latency import Constant, Staircase
 from llmqueue.policies import StepFill
 from llmqueue.region import stability_region, vertex_c
+from llmqueue.theory import peak_token_rate
 
 L = Staircase()
 T = L.tokens_time
@@ -90,3 +91,15 @@ def test_step_fill_is_stable_at_point_c_with_bmax_1024_where_sarathi_is_not():
     assert step.summary["pending_max"] < 130
     assert abs(step.summary["backlog_slope"]) < 3 * step.summary["backlog_slope_se"] + 1
     assert sarathi["backlog_slope"] > 100 * sarathi["backlog_slope_se"]
+
+
+@pytest.mark.parametrize("bmax", [4096, 4097, 8192, 10**6])
+def test_big_budgets_keep_the_decode_axis(bmax):
+    # found in review: beyond the enumeration limit the decode-only shapes were lost;
+    # 100 decodes in one 46.75 ms step stay feasible whatever the budget
+    r = stability_region(bmax, 100, L)
+    assert max(y for x, y in r.vertices if x == 0) == pytest.approx(100 / T(128))
+    assert r.is_inside(0, 0.99 * 100 / T(128))
+    assert r.is_inside(*vertex_c(100, L))
+    # prefill axis: the best rate of any batch up to bmax (Theorem 2's peak)
+    assert max(x for x, y in r.vertices) == pytest.approx(peak_token_rate(bmax, L))
