@@ -36,7 +36,10 @@ from .residents import Residents, check_plan
 from .state import Resident
 from . import validation
 
-#: SimPy runs URGENT (0) before NORMAL (1) events; this comes after both.
+#: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
+#: decisions come after both (every iteration end, release and admission of the
+#: instant is settled), and batch choices come last.
+ROUTING = 1.5
 END_OF_INSTANT = 2
 UNLIMITED = sys.maxsize
 
@@ -168,11 +171,7 @@ class Engine:
         yield self.pool.put(1)
 
     def _end_of_instant(self) -> simpy.Event:
-        event = simpy.Event(self.env)
-        event._ok = True  # a triggered event, as Environment.run builds its own
-        event._value = None
-        self.env.schedule(event, END_OF_INSTANT)
-        return event
+        return later_this_instant(self.env, END_OF_INSTANT)
 
     def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
         key = (decode, prefill, requests)
@@ -246,6 +245,16 @@ class Engine:
             for r in finished:
                 recorder.finish(now, r)
                 r.on_finished.succeed()
+
+
+def later_this_instant(env: simpy.Environment, priority: float) -> simpy.Event:
+    """A triggered event processed at the current time after every event of a
+    lower ``priority`` value (including those scheduled meanwhile)."""
+    event = simpy.Event(env)
+    event._ok = True  # a triggered event, as Environment.run builds its own
+    event._value = None
+    env.schedule(event, priority)
+    return event
 
 
 def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]

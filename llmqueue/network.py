@@ -12,14 +12,14 @@ engine and one for the whole network.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Generator, Hashable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Generator, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import simpy
 
 from .classes import by_class
 from .clock import to_ticks, wait_until
-from .engine import Engine
+from .engine import ROUTING, Engine, later_this_instant
 from .latency import LatencyModel
 from .metrics import Recorder
 from .policies import make_policy
@@ -77,8 +77,11 @@ class Network:
         self._new_name(name)
         recorder = Recorder(bmax if bmax is not None else 2**62, batches=self.batches,
                             requests=True, timeseries=True)
+        # engines of a network step one iteration at a time: a skipped run's single
+        # timeout would be ordered differently among other engines' events at the
+        # instant it ends, changing who reaches the next engine first
         engine = Engine(self.env, make_policy(policy, chunked=chunked), bmax=bmax, kmax=kmax,
-                        latency=latency, recorder=recorder, name=name)
+                        latency=latency, recorder=recorder, skip_ahead=False, name=name)
         self.engines[name] = engine
         return engine
 
@@ -126,10 +129,31 @@ class Network:
         raise ValueError(f"target must be one of {', '.join([*self.engines, *self.pools])}; "
                          f"got {target!r}")
 
-    def call(self, target: str, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
+    def call(self, target: str, vp: int, vd: int, klass: Hashable = None,
+             routed: Optional[Callable[[Engine], None]] = None) -> simpy.Event:
         """Send a request to ``target`` now; the event fires with its
-        :class:`Resident` when its last token is done."""
-        return self.route(target).call(vp, vd, klass)
+        :class:`Resident` when its last token is done, and ``routed`` (if
+        given) learns which engine took it.
+
+        A pool routes the request once everything else of this instant has
+        happened (iteration ends, releases, admissions), so its router reads
+        settled engines, and before any engine chooses its next batch."""
+        if target not in self.pools:
+            engine = self.route(target)
+            if routed is not None:
+                routed(engine)
+            return engine.call(vp, vd, klass)
+        done = self.env.event()
+
+        def send(_: simpy.Event) -> None:
+            engine = self.route(target)
+            if routed is not None:
+                routed(engine)
+            engine.call(vp, vd, klass).callbacks.append(
+                lambda finished: done.succeed(finished.value))
+
+        later_this_instant(self.env, ROUTING).callbacks.append(send)
+        return done
 
     def feed(self, target: str, arrivals: Iterable[Arrival]) -> None:
         """Send the arrivals of a workload to ``target`` at their times."""

@@ -38,7 +38,7 @@ class CallRecord:
     its event (whose value is the :class:`Resident` once it finished)."""
 
     target: str
-    engine: str
+    engine: Optional[str]  # set when a pool has routed the call
     event: simpy.Event
 
     @property
@@ -86,10 +86,11 @@ class JobContext:
     def call(self, target: str, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Send a request to ``target`` (an engine or a pool) now; yield the
         event to wait until it finishes (its value is the :class:`Resident`)."""
-        engine = self.net.route(target)
-        event = engine.call(vp, vd, self.record.klass if klass is None else klass)
-        self.record.calls.append(CallRecord(target, engine.name, event))
-        return event
+        record = CallRecord(target, None, None)  # type: ignore[arg-type]
+        record.event = self.net.call(target, vp, vd, self.record.klass if klass is None else klass,
+                                     routed=lambda engine: setattr(record, "engine", engine.name))
+        self.record.calls.append(record)
+        return record.event
 
     def all(self, events: Iterable[simpy.Event]) -> simpy.Event:
         """An event that fires when every one of ``events`` has (fork-join)."""
