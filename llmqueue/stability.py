@@ -25,15 +25,18 @@ sizes are known:
   below / above the token capacity ``bmax / t_bmax`` when Theorem 2 applies
   (no kmax, or ``kmax >= bmax``, so that a growing queue keeps every batch
   full); else ``no guarantee`` (a slot limit ``kmax < bmax``: SPEC 6.5's
-  two-dimensional region decides, see Sarathi-1024 at point C).
+  two-dimensional region decides, see Sarathi-1024 at point C): ``unstable``
+  outside its polygon for any policy, ``no guarantee`` inside.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, Mapping, Optional
 
 from . import theory
-from .latency import LatencyModel
+from .latency import LatencyModel, Staircase
+from .region import Region, stability_region
 
 #: Verdicts a run can get from its measured drift.
 VERDICTS = ("stable", "unstable", "inconclusive")
@@ -81,12 +84,42 @@ def predicted_verdict(load: float, peak_load: float, work_conserving: bool,
 def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conserving: bool,
             bmax: int, kmax: Optional[int], latency: Optional[LatencyModel]) -> str:
     """:func:`predicted_verdict` for a workload of ``rate`` requests/s with
-    these mean sizes on an engine with this budget, slot limit and latency."""
+    these mean sizes on an engine with this budget, slot limit and latency;
+    with ``kmax < bmax``, rates outside Theorem 10's region (SPEC 6.5) are
+    ``unstable`` for any policy."""
     load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
     # the peak rate is at least the capacity: search for it only above capacity
     peak_load = (rate * (mean_prefill + mean_decode) / theory.peak_token_rate(bmax, latency)
                  if load > 1 else load)
-    return predicted_verdict(load, peak_load, work_conserving, kmax, bmax)
+    verdict = predicted_verdict(load, peak_load, work_conserving, kmax, bmax)
+    if verdict in ("no guarantee", "stable") and kmax is not None and kmax < bmax:
+        region = _region(bmax, kmax, latency)
+        if region is not None and not region.is_inside(rate * mean_prefill, rate * mean_decode,
+                                                       tolerance=1e-9):
+            return "unstable"
+    return verdict
+
+
+def _region(bmax: int, kmax: int, latency: Optional[LatencyModel]) -> Optional[Region]:
+    """Theorem 10's region, remembered per engine shape (``None`` where the
+    region is not computed: a non-staircase model beyond the enumeration limit)."""
+    model = latency if latency is not None else Staircase()
+    try:
+        return _cached_region(bmax, kmax, model)
+    except TypeError:  # an unhashable user model: compute it afresh
+        return _computed_region(bmax, kmax, model)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_region(bmax: int, kmax: int, latency: LatencyModel) -> Optional[Region]:
+    return _computed_region(bmax, kmax, latency)
+
+
+def _computed_region(bmax: int, kmax: int, latency: LatencyModel) -> Optional[Region]:
+    try:
+        return stability_region(bmax, kmax, latency)
+    except ValueError:
+        return None
 
 
 def assess(summary: Mapping[str, object], *, rate: Optional[float],

@@ -63,3 +63,15 @@ def test_the_whole_grid_agrees_with_theorem_10():
             stable.setdefault((s["scheduler"], s["bmax"]), set()).add(
                 (s["lambda_p"], s["lambda_d"]))
     assert stable[("sarathi", 1024)] < stable[("step-fill", 1024)]
+
+
+def test_the_prediction_uses_the_region_when_kmax_binds():
+    # outside the bmax-128 region (1700 + 1700 tokens/s): unstable for any policy;
+    # point C at bmax 1024 is inside: no guarantee (Sarathi-1024 fails, step-fill holds)
+    import llmqueue as q
+    outside = q.simulate(q.renewal(0.4675, 795, 795), "sarathi", bmax=128, kmax=100,
+                         horizon=200).summary
+    inside = q.simulate(q.renewal(0.4675, 290, 990), "sarathi", bmax=1024, kmax=100,
+                        horizon=200).summary
+    assert outside["predicted"] == "unstable" and outside["verdict"] == "unstable"
+    assert inside["predicted"] == "no guarantee"
