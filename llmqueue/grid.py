@@ -21,6 +21,8 @@ from .scenarios.base import Scenario
 #: same random arrivals (common random numbers), so schedulers are compared
 #: on identical workloads.
 COMMON = ("scheduler",)
+#: Most values one ``START:STOP:STEP`` range may give.
+MAX_POINTS = 10_000
 
 
 def expand(grid: Mapping[str, Sequence[object]]) -> List[Dict[str, object]]:
@@ -50,7 +52,8 @@ def check(scenario: Scenario, grid: Mapping[str, Sequence[object]]
                              f"allowed: {', '.join(scenario.params)}")
         if isinstance(values, (str, bytes)) or not len(values):
             raise ValueError(f"grid {key}: needs a non-empty list of values; got {values!r}")
-        out[key] = [param.parse(f"grid {key}", _text(v)) for v in values]
+        parsed = [param.parse(f"grid {key}", _text(v)) for v in values]
+        out[key] = list(dict.fromkeys(parsed))  # 1, 1.0 and 1e0 are one point
     return out
 
 
@@ -90,13 +93,17 @@ def _range(scenario: Scenario, key: str, text: str) -> List[object]:
     if stop < start:
         raise ValueError(f"grid {key}: empty range {text!r} (STOP below START)")
     count = math.floor((stop - start) / step + 1e-9) + 1
-    values = [float(f"{start + i * step:.12g}") for i in range(count)]
+    if count > MAX_POINTS:
+        raise ValueError(f"grid {key}: {text!r} has {count} values; at most {MAX_POINTS} "
+                         f"per key")
     if kind.startswith("int"):
-        if not all(v.is_integer() for v in (start, step)):
+        try:
+            first, stride = int(parts[0]), int(parts[2])
+        except ValueError:
             raise ValueError(f"grid {key}: an integer parameter needs integer START and "
-                             f"STEP; got {text!r}")
-        return [int(v) for v in values]
-    return values
+                             f"STEP; got {text!r}") from None
+        return [first + i * stride for i in range(count)]
+    return [float(f"{start + i * step:.12g}") for i in range(count)]
 
 
 def _text(value: object) -> str:

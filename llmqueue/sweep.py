@@ -12,6 +12,7 @@ run; ``resume`` skips the runs already in that file.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import sys
 import time
@@ -50,6 +51,10 @@ class Task:
                                          self.horizon, self.warmup))
 
 
+#: Most replicates a sweep runs per grid point.
+MAX_SEEDS = 10_000
+
+
 def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
          seeds: int = 1, *, schedulers: Optional[Sequence[str]] = None,
          fixed: Optional[Mapping[str, object]] = None, horizon: Optional[float] = None,
@@ -57,6 +62,8 @@ def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
     """The runs of a sweep, grid point by grid point, replicates innermost."""
     scen = _scenario(scenario)
     validation.positive_int("seeds", seeds)
+    if seeds > MAX_SEEDS:
+        raise ValueError(f"seeds must be at most {MAX_SEEDS} per grid point; got {seeds}")
     validation.nonnegative_int("base_seed", base_seed)
     if seeds > 1 and not scen.seeded:
         raise ValueError(f"seeds must be 1 for {scen.name}, which draws no random numbers; "
@@ -99,7 +106,14 @@ def run_task(task: Task) -> List[Row]:
     wall = time.perf_counter() - start
     head = {**task.point, "replicate": task.replicate, "seed": task.seed,
             "horizon": task.horizon, "warmup": task.warmup, "scenario": task.scenario.name}
-    return [{**head, **result.row(label), "wall_time": wall} for label, result in results]
+    return [{**head, **_figures(result.row(label), head), "wall_time": wall}
+            for label, result in results]
+
+
+def _figures(row: Row, head: Row) -> Row:
+    """A run's figures beside its parameters: a figure named like a parameter
+    (``load``: the grid's value and the measured one) becomes ``load_measured``."""
+    return {(f"{k}_measured" if k in head else k): v for k, v in row.items()}
 
 
 def execute(tasks: Sequence[Task], executor: Optional[Executor] = None,
@@ -175,7 +189,8 @@ def summarize(rows: Sequence[Row]) -> List[Row]:
     if not rows:
         return []
     columns = list(rows[0])
-    keys = point_columns(columns) + ["label"]
+    # runs of another horizon or warm-up are other points, never more seeds
+    keys = point_columns(columns) + ["horizon", "warmup", "label"]
     return aggregate(rows, keys, figure_columns(columns))
 
 
@@ -230,7 +245,11 @@ class RowWriter:
         if extra:
             raise ValueError(f"out: {self.handle.name} has other columns than this sweep "
                              f"({', '.join(sorted(extra))}); write to a new file")
-        self.writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+        # one run's rows go out in one write, so an interruption cannot keep half a run
+        text = io.StringIO()
+        csv.DictWriter(text, self.columns, lineterminator="\n").writerows(
+            {k: _cell(v) for k, v in row.items()} for row in rows)
+        self.handle.write(text.getvalue())
         self.handle.flush()
         os.fsync(self.handle.fileno())
 

@@ -37,7 +37,8 @@ def add_parsers(sub: "argparse._SubParsersAction") -> None:
     where.add_argument("--dask", metavar="ADDRESS",
                        help="a Dask scheduler address, or 'local' to start a local cluster")
     p.add_argument("--dask-workers", type=int, help="workers of --dask local")
-    p.add_argument("--out", metavar="FILE.csv", help="append every run's rows to this CSV")
+    p.add_argument("--out", metavar="FILE.csv", help="write every run's rows to this CSV as it finishes (a new file; "
+                        "with --resume, add to it)")
     p.add_argument("--resume", action="store_true", help="skip the runs already in --out")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_sweep)

@@ -66,6 +66,11 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str
     keys = varying(points, skip=[x])
     if hue in keys:
         keys = [hue] + [k for k in keys if k != hue]
+    odd = sorted({str(p[x]) for p in points
+                  if isinstance(p[x], bool) or not isinstance(p[x], (int, float))})
+    if odd:
+        raise ValueError(f"--x {x} has values that are not numbers ({', '.join(odd)}); a line "
+                         f"plot needs numbers: use {x} as --hue or as a heat-map key")
     lines: Dict[Tuple[object, ...], List[Row]] = {}
     for p in points:
         lines.setdefault(tuple(p[k] for k in keys), []).append(p)
@@ -104,8 +109,8 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, path: str,
     if others:
         raise ValueError(f"a heat map needs every other grid key fixed; {', '.join(others)} "
                          "varies: pick one value with --where KEY=VALUE")
-    cols = sorted({p[x] for p in points})
-    lines = sorted({p[x2] for p in points})
+    cols = sorted({p[x] for p in points}, key=_order)
+    lines = sorted({p[x2] for p in points}, key=_order)
     grid = np.full((len(lines), len(cols)), np.nan)
     half = np.full_like(grid, np.nan)
     for p in points:
@@ -136,3 +141,12 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, path: str,
 def default_path(csv_path: str, y: str) -> str:
     """``FILE-FIGURE.png`` beside the sweep's CSV file."""
     return f"{os.path.splitext(csv_path)[0]}-{y}.png"
+
+
+def _order(value: object) -> Tuple[int, object]:
+    """Numbers first in numeric order, then text, then ``none``."""
+    if value is None:
+        return (2, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value)
+    return (1, str(value))

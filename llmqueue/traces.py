@@ -65,13 +65,19 @@ class Trace:
         """Decode sizes resampled from this trace."""
         return Empirical(self.decode)
 
-    def workload(self, rate: Optional[float] = None, limit: Optional[int] = None) -> Workload:
+    def workload(self, rate: Optional[float] = None, limit: Optional[int] = None,
+                 speedup: float = 1.0) -> Workload:
         """Replay the first ``limit`` requests (all by default) with their own
-        sizes, times rescaled to ``rate`` per second if given."""
+        sizes; their times rescaled to ``rate`` per second, or divided by
+        ``speedup`` (which multiplies whatever rate they arrive at)."""
         n = len(self) if limit is None else min(validation.positive_int("limit", limit), len(self))
         if n == 0:
-            return from_list([])
-        times = TraceTimes(self.times[:n], rate).times(None)
+            raise ValueError(f"path: {self.path} holds no requests")
+        validation.positive_number("speedup", speedup)
+        if rate is not None and speedup != 1.0:
+            raise ValueError(f"give rate or speedup, not both; got rate={rate!r}, "
+                             f"speedup={speedup!r}")
+        times = [t / speedup for t in TraceTimes(self.times[:n], rate).times(None)]
         sizes = zip(self.prefill[:n].tolist(), self.decode[:n].tolist())
         if self.classes is None:
             rows = [(t, p, d) for t, (p, d) in zip(times, sizes)]
@@ -79,7 +85,8 @@ class Trace:
             rows = [(t, p, d, k) for t, (p, d), k in zip(times, sizes, self.classes)]
         workload = from_list(rows)
         workload.description = f"{n} requests of {self.path} ({self.format})" + (
-            f" at {rate:g}/s" if rate is not None else "")
+            f" at {rate:g}/s" if rate is not None else "") + (
+            f", {speedup:g}x faster" if speedup != 1.0 else "")
         return workload
 
 

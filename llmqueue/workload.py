@@ -128,9 +128,10 @@ def from_list(rows: Iterable[Sequence]) -> Workload:
         arrivals.append(Arrival(time, prefill, decode, row[3] if len(row) == 4 else None))
     arrivals.sort(key=lambda a: a.time)
     n = len(arrivals)
-    span = arrivals[-1].time if arrivals else 0.0
+    span = arrivals[-1].time - arrivals[0].time if arrivals else 0.0
     return Workload(lambda: iter(arrivals), n, f"{n} listed requests",
-                    rate=n / span if span > 0 else None,  # n arrivals in (0, t_n], as renewal
+                    # n - 1 gaps between the first and last arrival, as for trace times
+                    rate=(n - 1) / span if span > 0 else None,
                     mean_prefill=sum(a.prefill for a in arrivals) / n if n else None,
                     mean_decode=sum(a.decode for a in arrivals) / n if n else None)
 

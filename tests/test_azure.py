@@ -38,4 +38,4 @@ def test_bad_speedup_is_one_line(tmp_path, capsys):
     path.write_text("arrival,prefill,decode\n0,100,5\n")
     assert main(["run", "azure", "--set", f"path={path}", "--set", "speedup=0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "speedup must be a number > 0" in err[0]
+    assert len(err) == 1 and "speedup must be a finite number > 0" in err[0]

@@ -102,3 +102,22 @@ def test_the_real_azure_files(traces_dir):
     # empirical laws resample the trace's own values
     law = conv.decode_law()
     assert law.mean == pytest.approx(conv.decode.mean())
+
+
+def test_a_late_starting_clock_keeps_the_true_rate(tmp_path):
+    # found in review: n / last_time made a trace in epoch seconds look idle
+    late = tmp_path / "late.csv"
+    late.write_text("arrival,prefill,decode\n" +
+                    "".join(f"{100000 + 0.05 * i},500,200\n" for i in range(200)))
+    assert q.read_csv(str(late)).rate == pytest.approx(20.0)
+
+
+def test_speedup_multiplies_the_rate_of_the_replayed_part(traces_dir):
+    # found in review: with a limit, the target rate came from the whole trace
+    import os
+    from llmqueue.traces import read_trace
+    trace = read_trace(os.path.join(traces_dir, "AzureLLMInferenceTrace_conv.csv"))
+    for limit in (100, 2000):
+        base = [a.time for a in trace.workload(limit=limit)]
+        fast = [a.time for a in trace.workload(limit=limit, speedup=0.25)]
+        assert fast[-1] == pytest.approx(base[-1] / 0.25)

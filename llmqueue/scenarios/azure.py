@@ -40,11 +40,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
         **logs: bool) -> Rows:
     """One row per scheduler (all four, or the one given), same requests."""
     trace = read_trace(trace_path(str(params["path"])))
-    speedup = params["speedup"]
-    if not speedup > 0:
-        raise ValueError(f"speedup must be a number > 0, got {speedup!r}")
-    workload = trace.workload(limit=params["limit"],
-                              rate=None if speedup == 1 else trace.arrival_law().rate * speedup)
+    workload = trace.workload(limit=params["limit"], speedup=params["speedup"])
     rows = each_scheduler(params, SCHEDULERS, workload, horizon, **logs)
     if params["cdf"]:
         from ..plots import plot_latency_cdfs
