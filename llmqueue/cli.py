@@ -242,7 +242,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             cmd_capacity(args)
         else:
             cmd_run(args)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, OverflowError) as exc:
         print(f"llmqueue: error: {exc}", file=sys.stderr)
         return 2
     return 0

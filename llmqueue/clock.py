@@ -16,8 +16,14 @@ import simpy
 TICKS_PER_SECOND: int = 1_000_000_000
 
 
+#: Longest time the engine represents, in seconds (about 31,700 years).
+MAX_SECONDS = 1e12
+
+
 def to_ticks(seconds: float) -> int:
     """Round a time in seconds to whole nanoseconds."""
+    if not -MAX_SECONDS <= seconds <= MAX_SECONDS:
+        raise ValueError(f"times must be within {MAX_SECONDS:g} s; got {seconds!r} s")
     return round(seconds * TICKS_PER_SECOND)
 
 

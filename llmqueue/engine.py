@@ -97,8 +97,8 @@ class Engine:
     # -- what the outside sees -------------------------------------------
     def submit(self, r: Resident) -> None:
         """``r`` arrives now and joins the waiting line."""
-        validation.nonnegative_int("prefill", r.vp)
-        validation.positive_int("decode", r.vd)
+        validation.token_count("prefill", r.vp)
+        validation.token_count("decode", r.vd, minimum=1)
         if not self.policy.chunked and r.vp > self.budget:
             raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "

@@ -48,8 +48,10 @@ def _arrays(tokens: Sequence[float], seconds: Sequence[float]) -> Tuple[np.ndarr
     if x.ndim != 1 or x.shape != y.shape:
         raise ValueError(f"tokens and seconds must be two lists of the same length; "
                          f"got {x.size} and {y.size} values")
-    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))) or np.any(x < 1):
-        raise ValueError("tokens must be finite numbers >= 1 and seconds finite numbers")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))) or np.any(x < 1) \
+            or np.any(x > validation.MAX_TOKENS):
+        raise ValueError(f"tokens must be numbers from 1 to {validation.MAX_TOKENS} and "
+                         f"seconds finite numbers")
     if np.unique(x).size < 2:
         raise ValueError(f"tokens must take at least two different values to fit a slope; "
                          f"got {np.unique(x).tolist()}")
@@ -82,6 +84,10 @@ def fit_linear(tokens: Sequence[float], seconds: Sequence[float]) -> Fit:
     return Fit(Linear(c, slope), _r2(y, sse), sse, int(x.size))
 
 
+#: Largest step width searched when ``b0`` is not given (pass ``b0`` beyond it).
+B0_SEARCH = 4096
+
+
 def fit_staircase(tokens: Sequence[float], seconds: Sequence[float],
                   b0: Optional[int] = None) -> Fit:
     """Fit ``t = c + a * ceil(b / b0)``, searching ``b0`` when it is not given."""
@@ -89,7 +95,7 @@ def fit_staircase(tokens: Sequence[float], seconds: Sequence[float],
     if b0 is not None:
         candidates = [validation.positive_int("b0", b0)]
     else:
-        candidates = list(range(1, int(x.max())))
+        candidates = list(range(1, min(int(x.max()), B0_SEARCH + 1)))
     tie = 1e-12 * float(((y - y.mean()) ** 2).sum())  # rounding noise in the SSE
     best: Optional[Tuple[float, int, float, float]] = None
     for step in candidates:
@@ -119,8 +125,8 @@ def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:
         if header != ["tokens", "seconds"]:
             raise ValueError(f"{path}:1: header must be tokens,seconds; got {','.join(header)!r}")
         for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
+            if not "".join(row).strip():
+                continue  # a blank line
             try:
                 if len(row) != 2:
                     raise ValueError(f"expected 2 fields, got {len(row)}")

@@ -102,7 +102,7 @@ class StepModel:
     def batch_time(self, decode: int, prefill: int, requests: int) -> float:
         """Seconds for a batch of ``decode`` decode and ``prefill`` prefill tokens."""
         return (self.base + self.per_decode * decode + self.per_prefill * prefill
-                + self.attention * prefill ** self.exponent)
+                + (self.attention * prefill ** self.exponent if prefill else 0.0))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ Point = Tuple[float, float]
 #: Largest budget whose every shape is enumerated; beyond it only staircase
 #: models are supported (their best shapes sit at the top of each step).
 ENUMERATION_LIMIT = 4096
+#: Most staircase steps listed beyond it.
+MAX_STEPS = 100_000
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ def _totals(bmax: int, cap: int, latency: LatencyModel) -> Sequence[int]:
     if bmax <= ENUMERATION_LIMIT:
         return range(1, bmax + 1)
     if isinstance(latency, Staircase):
+        if bmax // latency.b0 > MAX_STEPS:
+            raise ValueError(f"bmax must be at most {MAX_STEPS} steps of b0={latency.b0} "
+                             f"tokens for a region; got {bmax}")
         return sorted({*range(latency.b0, bmax + 1, latency.b0), bmax, min(cap, bmax)})
     raise ValueError(f"bmax must be <= {ENUMERATION_LIMIT} for a {type(latency).__name__} "
                      f"model (only staircase regions are computed beyond); got {bmax}")

@@ -61,7 +61,7 @@ class Fixed(SizeLaw):
     """Always ``value`` tokens."""
 
     def __init__(self, value: int) -> None:
-        self.value = validation.nonnegative_int("value", value)
+        self.value = validation.token_count("value", value)
         self.mean = float(value)
 
     def zero_probability(self) -> float:

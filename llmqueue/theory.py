@@ -37,15 +37,20 @@ def token_capacity(bmax: int, latency: Optional[LatencyModel] = None) -> float:
     return bmax / tokens_time(_model(latency), bmax)
 
 
+#: Largest batch size tried one by one for a model of unknown shape.
+SEARCH_LIMIT = 1 << 16
+
+
 def _candidates(bmax: int, latency: LatencyModel) -> Iterable[int]:
     """Batch sizes where ``b / t_b`` can peak.  On a staircase ``t_b`` is flat
     between multiples of ``b0``, so ``b / t_b`` peaks at their right ends; a
     constant time peaks at ``bmax``; other models are tried at every size."""
     if isinstance(latency, Staircase):
-        return list(range(latency.b0, bmax, latency.b0)) + [bmax]
+        # k * b0 / (c + k * a) grows with k: the last full step, and bmax itself
+        return sorted({bmax // latency.b0 * latency.b0, bmax} - {0})
     if isinstance(latency, Constant):
         return [bmax]
-    return range(1, bmax + 1)
+    return [*range(1, min(bmax, SEARCH_LIMIT) + 1), bmax]
 
 
 def peak_token_rate(bmax: int, latency: Optional[LatencyModel] = None) -> float:

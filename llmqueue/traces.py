@@ -141,7 +141,7 @@ def _count(name: str, text: str) -> int:
         raise ValueError(f"{name} must be a whole number of tokens, got {text!r}") from None
     if not value.is_integer():
         raise ValueError(f"{name} must be a whole number of tokens, got {text!r}")
-    return int(value)
+    return validation.token_count(name, int(value))
 
 
 def _generic_row(row: List[str], origin: object) -> tuple:

@@ -10,6 +10,16 @@ import math
 from typing import Any, Iterable, Optional, TextIO
 
 
+#: Largest token count a request, a law or a trace may give (about 10^12).
+MAX_TOKENS = 2**40
+def token_count(name: str, value: Any, minimum: int = 0) -> int:
+    """Return ``value`` if it is an integer in ``[minimum, MAX_TOKENS]``."""
+    if not _is_int(value) or not minimum <= value <= MAX_TOKENS:
+        raise ValueError(f"{name} must be a whole number of tokens from {minimum} to "
+                         f"{MAX_TOKENS}, got {value!r}")
+    return value
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -76,6 +86,6 @@ def open_text(path: str, name: str = "path") -> TextIO:
     wants); a file that cannot be opened is a ValueError naming ``name``, the
     path and the reason."""
     try:
-        return open(path, newline="")
+        return open(path, newline="", encoding="utf-8-sig")  # a leading BOM is no header
     except OSError as exc:
         raise ValueError(f"{name}: cannot read {path!r}: {exc.strerror}") from None

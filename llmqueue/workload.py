@@ -110,8 +110,8 @@ def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
 
 
 def _check_sizes(prefill: int, decode: int) -> None:
-    validation.nonnegative_int("vp", prefill)
-    validation.positive_int("vd", decode)
+    validation.token_count("vp", prefill)
+    validation.token_count("vd", decode, minimum=1)
 
 
 def from_list(rows: Iterable[Sequence]) -> Workload:

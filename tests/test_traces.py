@@ -50,7 +50,8 @@ def test_parse_timestamp_keeps_every_digit():
     (AZURE + "2023-11-16 18:17:03.97,10,2\n2023-11-16 18:17:xx,1,1\n", 3, "TIMESTAMP must look"),
     (AZURE + "2023-11-16 18:17:03.97,10,2\n2023-11-16 18:17:02.00,1,1\n", 3, "earlier than"),
     (AZURE + "2023-02-30 18:17:03.97,10,2\n", 2, "day is out of range"),
-    (AZURE + "2023-11-16 18:17:03.97,-4,2\n", 2, "prefill must be an integer >= 0"),
+    (AZURE + "2023-11-16 18:17:03.97,-4,2\n", 2,
+     "ContextTokens must be a whole number of tokens from 0"),
 ])
 def test_a_malformed_row_names_the_file_and_line(tmp_path, text, line, fragment):
     path = write(tmp_path, text)

@@ -1,0 +1,42 @@
+"""Odd numbers and files found by review: each is a one-line error, never a
+traceback or a hang."""
+
+import subprocess
+import sys
+
+import pytest
+
+import llmqueue as q
+from llmqueue.latency import StepModel
+from llmqueue.theory import peak_token_rate
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--set", "vp=99999999999999999999999"], "vp must be a whole number of tokens"),
+    (["--horizon", "1e308"], "times must be within"),
+    (["--set", "rate=1e-300"], "times must be within"),
+    (["--set", "c=1e308", "--set", "a=1e308"], "times must be within"),
+])
+def test_huge_numbers_are_one_line_errors(argv, fragment):
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "run", "single"] + argv,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and fragment in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_huge_budget_runs_and_its_peak_rate_has_the_closed_form():
+    s = q.simulate(q.renewal(1.0, 100, 10), bmax=10**23, kmax=100, horizon=20).summary
+    assert s["completed"] > 0
+    # the staircase's best batch is its largest: b / t_b tends to b0 / a
+    assert peak_token_rate(10**20) == pytest.approx(128 / 0.03547, rel=1e-3)
+
+
+def test_trace_files_with_a_byte_order_mark_are_read(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival,prefill,decode\n0.5,10,2\n")
+    assert list(q.read_csv(str(path)))[0][:3] == (0.5, 10, 2)
+
+
+def test_no_attention_cost_without_prefill():
+    model = StepModel(exponent=0.0)
+    assert model.batch_time(10, 0, 10) == pytest.approx(0.005 + 10 * 0.0008)
