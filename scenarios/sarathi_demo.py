@@ -32,11 +32,7 @@ def main() -> None:
     """Run both rows, print the checks, then sweep the chunk size and plot it."""
     params = demo.SCENARIO.resolve({})
     rows = demo.run(params, None, demo.SEED)
-    columns = [("output_tokens_per_s", "output tok/s", "{:.0f}"),
-               ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p99", "TTFT p99 s", "{:.2f}"),
-               ("tpot_p50", "TPOT p50 s", "{:.4f}"), ("tpot_p99", "TPOT p99 s", "{:.4f}"),
-               ("completed", "done", "{:d}")]
-    print(table([result.row(label) for label, result in rows], columns))
+    print(table([result.row(label) for label, result in rows], demo.COLUMNS))
     print()
     for check in demo.checks(rows):
         print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
