@@ -81,13 +81,13 @@ class Engine:
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
         self.max_pending = validation.optional_positive_int("max_pending", max_pending)
-        self.skip_ahead = skip_ahead and policy.stationary
+        self.skip_ahead = skip_ahead and self.policy.stationary
         slots = float("inf") if kmax is None else kmax
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Resident] = deque()
         self.residents = Residents()
-        self._check = not isinstance(policy, tuple(BUILTIN.values()))
+        self._check = not isinstance(self.policy, tuple(BUILTIN.values()))
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
         self._wake: Optional[simpy.Event] = None
