@@ -22,6 +22,9 @@ class Router:
 
     name: str = "router"
 
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(validation.nonnegative_int("seed", seed))
+
     def choose(self, engines: Sequence[Engine]) -> int:
         """Index of the replica that takes the request."""
         raise NotImplementedError
@@ -35,9 +38,6 @@ class RandomRouter(Router):
 
     name = "random"
 
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(validation.nonnegative_int("seed", seed))
-
     def choose(self, engines: Sequence[Engine]) -> int:
         return int(self.rng.integers(len(engines)))
 
@@ -48,6 +48,7 @@ class RoundRobin(Router):
     name = "round-robin"
 
     def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
         self.next = 0
 
     def choose(self, engines: Sequence[Engine]) -> int:
@@ -65,9 +66,6 @@ class JSQ(Router):
 
     name = "jsq"
 
-    def __init__(self, seed: int = 0) -> None:
-        pass
-
     def choose(self, engines: Sequence[Engine]) -> int:
         return _least([e.pending for e in engines])
 
@@ -76,9 +74,6 @@ class JSQTokens(Router):
     """Join the replica with the fewest unprocessed tokens (Prop. 3's router)."""
 
     name = "jsq-tokens"
-
-    def __init__(self, seed: int = 0) -> None:
-        pass
 
     def choose(self, engines: Sequence[Engine]) -> int:
         return _least([e.backlog for e in engines])
@@ -89,9 +84,6 @@ class PowerOfTwo(Router):
     tokens takes the request (with one replica, that one)."""
 
     name = "power-of-two"
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(validation.nonnegative_int("seed", seed))
 
     def choose(self, engines: Sequence[Engine]) -> int:
         if len(engines) == 1:
