@@ -3,42 +3,40 @@
 ``import llmqueue as q`` gives the main API: one engine (:func:`simulate`),
 workloads with their arrival and size laws, latency models and fitting,
 scheduling policies, many engines on one clock (:class:`Network`, routers,
-request classes, agent workflows), and the modules :mod:`~llmqueue.theory`
-(capacity and stability in closed form) and :mod:`~llmqueue.sweep`
-(parameter sweeps; ``q.sweep.sweep(...)``).
+request classes, agent workflows), and the subpackages :mod:`llmqueue.theory`
+(capacity and stability in closed form) and :mod:`llmqueue.sweeps` (parameter
+sweeps; ``q.sweeps.sweep(...)``).  The layers are described in
+``docs/architecture.md``; importing this package loads neither matplotlib nor
+the experiments.
 """
 
-from . import sweep, theory
-from .arrivals import ArrivalLaw, Gamma, Poisson, Renewal, TraceTimes
-from .classes import RequestClass, by_class, class_stream
-from .engine import Engine, Stalled
-from .fit import fit_linear, fit_staircase, read_samples
-from .latency import (Constant, Interpolated, LatencyModel, Linear, Staircase, StepModel,
-                      tokens_time)
-from .network import Network, NetworkResult
-from .policies import (ClassPriority, FasterTransformer, Orca, Policy, Sarathi, VLLM,
-                       WholePrefill, make_policy, policy_names, register_policy)
-from .routers import (JSQ, JSQTokens, PowerOfTwo, RandomRouter, RoundRobin, Router,
-                      make_router, router_names)
-from .simulate import Result, simulate
-from .sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize, SizeLaw,
-                    UniformInt)
-from .state import Plan, Resident, make_view
-from .traces import Trace, read_trace
-from .workflows import JobContext, job_summary, start_jobs
-from .workload import Arrival, Workload, compose, from_list, poisson, read_csv, renewal
+from llmqueue import sweeps, theory
+from llmqueue.engine import Diverged, Engine, Result, Stalled, simulate
+from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma,
+                             Geometric, Interpolated, LatencyModel, Linear, LogNormal,
+                             Mixture, Poisson, PoissonSize, Renewal, SizeLaw, Staircase,
+                             StepModel, Trace, TraceTimes, UniformInt, Workload, compose,
+                             from_list, poisson, read_csv, read_trace, renewal, tokens_time)
+from llmqueue.network import (JSQ, JSQTokens, JobContext, Network, NetworkResult, PowerOfTwo,
+                              RandomRouter, RequestClass, RoundRobin, Router, by_class,
+                              class_stream, job_summary, make_router, router_names,
+                              start_jobs)
+from llmqueue.policies import (ClassPriority, FasterTransformer, Orca, Plan, Policy,
+                               Resident, Sarathi, StepFill, VLLM, WholePrefill, make_policy,
+                               make_view, policy_names, register_policy)
+from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 
 __all__ = [
-    "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Empirical", "Engine",
+    "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Empirical", "Engine",
     "FasterTransformer", "Fixed", "Gamma", "Geometric", "Interpolated", "JSQ", "JSQTokens",
     "JobContext", "LatencyModel", "Linear", "LogNormal", "Mixture", "Network",
     "NetworkResult", "Orca", "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo",
     "RandomRouter", "Renewal", "RequestClass", "Resident", "Result", "RoundRobin", "Router",
-    "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepModel", "Trace", "TraceTimes",
-    "UniformInt", "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose",
-    "fit_linear", "fit_staircase", "from_list", "job_summary", "make_policy", "make_router",
-    "make_view", "poisson", "policy_names", "read_csv", "read_samples", "read_trace",
-    "register_policy", "renewal", "router_names", "simulate", "start_jobs", "sweep",
-    "theory", "tokens_time",
+    "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
+    "TraceTimes", "UniformInt", "VLLM", "WholePrefill", "Workload", "by_class",
+    "class_stream", "compose", "fit_linear", "fit_staircase", "from_list", "job_summary",
+    "make_policy", "make_router", "make_view", "poisson", "policy_names", "read_csv",
+    "read_samples", "read_trace", "register_policy", "renewal", "router_names", "simulate",
+    "start_jobs", "sweeps", "theory", "tokens_time",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.network_plots import plot_agents
-from llmqueue.report import table
-from llmqueue.scenarios import agents
+from llmqueue.plotting.network import plot_agents
+from llmqueue.cli.report import table
+from llmqueue.experiments import agents
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "agents.png")

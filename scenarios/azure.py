@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plots import plot_latency_cdfs, plot_pending
-from llmqueue.report import table
-from llmqueue.scenarios import azure
+from llmqueue.plotting.pending import plot_latency_cdfs, plot_pending
+from llmqueue.cli.report import table
+from llmqueue.experiments import azure
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATH = azure.DEFAULT_TRACE          # the conversation trace

@@ -22,11 +22,13 @@ from __future__ import annotations
 import os
 from typing import Dict
 
-from llmqueue import make_policy, theory
-from llmqueue.plots import animate_pending, plt, save
-from llmqueue.report import table
-from llmqueue.scenarios import blowup
-from llmqueue.scenarios.base import Rows, engine_kwargs
+from llmqueue import make_policy
+
+from llmqueue.theory import capacity as theory
+from llmqueue.plotting.pending import animate_pending, plt, save
+from llmqueue.cli.report import table
+from llmqueue.experiments import blowup
+from llmqueue.experiments.base import Rows, engine_kwargs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PNG = os.path.join(HERE, "..", "plots", "blowup.png")

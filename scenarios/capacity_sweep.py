@@ -22,9 +22,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from llmqueue.latency import Staircase
-from llmqueue.sweep import summarize, sweep, write_rows
-from llmqueue.sweep_plots import plot_lines
+from llmqueue.models.latency import Staircase
+from llmqueue.sweeps.runner import summarize, sweep, write_rows
+from llmqueue.plotting.sweep import plot_lines
 
 BMAX = 512
 PREFILL = DECODE = 100

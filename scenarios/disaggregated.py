@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.network_plots import plot_against_load
-from llmqueue.report import table
-from llmqueue.scenarios import disaggregated as dis
+from llmqueue.plotting.network import plot_against_load
+from llmqueue.cli.report import table
+from llmqueue.experiments import disaggregated as dis
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "disaggregated.png")

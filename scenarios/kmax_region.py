@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from llmqueue.scenarios import kmax_region
+from llmqueue.experiments import kmax_region
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "kmax_region.png")

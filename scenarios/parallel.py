@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plots import plot_pending
-from llmqueue.report import table
-from llmqueue.routers import router_names
-from llmqueue.scenarios import parallel
+from llmqueue.plotting.pending import plot_pending
+from llmqueue.cli.report import table
+from llmqueue.network.routers import router_names
+from llmqueue.experiments import parallel
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "parallel_routers.png")

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.network_plots import plot_backlogs
-from llmqueue.report import table
-from llmqueue.scenarios import rybko_stolyar as rs
+from llmqueue.plotting.network import plot_backlogs
+from llmqueue.cli.report import table
+from llmqueue.experiments import rybko_stolyar as rs
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "rybko_stolyar.png")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.report import table
-from llmqueue.scenarios import sarathi_demo as demo
+from llmqueue.cli.report import table
+from llmqueue.experiments import sarathi_demo as demo
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "sarathi_chunk_sweep.png")

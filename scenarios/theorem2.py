@@ -23,11 +23,13 @@ from typing import Dict
 
 import numpy as np
 
-from llmqueue import Result, theory
-from llmqueue.plots import plt, save
-from llmqueue.report import table
-from llmqueue.scenarios import theorem2
-from llmqueue.scenarios.base import engine_kwargs
+from llmqueue import Result
+
+from llmqueue.theory import capacity as theory
+from llmqueue.plotting.pending import plt, save
+from llmqueue.cli.report import table
+from llmqueue.experiments import theorem2
+from llmqueue.experiments.base import engine_kwargs
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "theorem2.png")

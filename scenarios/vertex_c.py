@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plots import plot_pending
-from llmqueue.report import table
-from llmqueue.scenarios import point_c, vertex_c
+from llmqueue.plotting.pending import plot_pending
+from llmqueue.cli.report import table
+from llmqueue.experiments import point_c, vertex_c
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "vertex_c_pending.png")

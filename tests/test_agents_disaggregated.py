@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmqueue.scenarios import agents, disaggregated as dis
+from llmqueue.experiments import agents, disaggregated as dis
 
 
 def test_agents_engine_loads_follow_the_workflow():

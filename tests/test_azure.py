@@ -3,8 +3,8 @@
 import json
 import pytest
 
-from llmqueue.cli import main
-from llmqueue.scenarios import azure
+from llmqueue.cli.main import main
+from llmqueue.experiments import azure
 
 
 def test_a_fresh_clone_without_traces_asks_for_a_path(monkeypatch, tmp_path):

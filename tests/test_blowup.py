@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from llmqueue import theory
-from llmqueue.plots import animate_pending
-from llmqueue.scenarios import blowup
+from llmqueue.theory import capacity as theory
+from llmqueue.plotting.pending import animate_pending
+from llmqueue.experiments import blowup
 
 
 def test_the_geometric_workload_has_the_stated_means_and_rate():

@@ -3,7 +3,7 @@
 import pytest
 
 import llmqueue as q
-from llmqueue.classes import by_class
+from llmqueue.network.classes import by_class
 
 
 def test_pending_and_throughput_by_class_have_their_closed_forms():

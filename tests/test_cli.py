@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from llmqueue.cli import main
+from llmqueue.cli.main import main
 
 KEYS = {"label", "arrivals", "completed", "pending_mean", "pending_max", "pending_final",
         "backlog_mean", "backlog_max", "backlog_final", "batches", "decode_batch_mean",

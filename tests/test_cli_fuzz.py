@@ -8,8 +8,8 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from llmqueue import scenarios
-from llmqueue.cli import main
+from llmqueue import experiments as scenarios
+from llmqueue.cli.main import main
 
 KEYS = sorted({k for s in scenarios.REGISTRY.values() for k in s.params} | {"bogus", ""})
 VALUES = ["0", "-1", "1", "2", "3", "2.5", "128", "600", "none", "true", "false", "abc", "",

@@ -2,7 +2,7 @@
 
 import json
 
-from llmqueue.cli import main
+from llmqueue.cli.main import main
 
 from test_cli import KEYS
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import llmqueue as q
-from llmqueue.drift import edge_slope, window_times
+from llmqueue.theory.drift import edge_slope, window_times
 
 
 def test_window_edges_cut_the_second_half_evenly():

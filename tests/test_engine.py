@@ -5,8 +5,8 @@ import random
 import pytest
 
 import llmqueue as q
-from llmqueue.clock import to_ticks
-from llmqueue.latency import Staircase
+from llmqueue.common.units import to_ticks
+from llmqueue.models.latency import Staircase
 
 from conftest import fig8_labels
 from invariants import check_run

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from llmqueue import grid
-from llmqueue.scenarios import REGISTRY
-from llmqueue.sweep import plan
+from llmqueue.sweeps import grid
+from llmqueue.experiments import REGISTRY
+from llmqueue.sweeps.runner import plan
 
 SINGLE = REGISTRY["single"]
 
@@ -78,7 +78,7 @@ def test_schedulers_share_their_arrivals_and_the_base_seed_moves_all():
 
 def test_seeds_are_the_same_in_every_process():
     here = grid.run_seed(0, {"rate": 2.0, "vp": 10, "kmax": None}, 4)
-    code = ("from llmqueue.grid import run_seed;"
+    code = ("from llmqueue.sweeps.grid import run_seed;"
             "print(run_seed(0, {'vp': 10, 'kmax': None, 'rate': 2.0}, 4))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for hash_seed in ("1", "2"):

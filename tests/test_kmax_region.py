@@ -2,9 +2,9 @@
 
 import pytest
 
-from llmqueue.latency import Staircase
-from llmqueue.region import stability_region
-from llmqueue.scenarios import kmax_region, vertex_c
+from llmqueue.models.latency import Staircase
+from llmqueue.theory.region import stability_region
+from llmqueue.experiments import kmax_region, vertex_c
 
 
 def verdict(scheduler, bmax, lambda_p, lambda_d, horizon=1500.0):

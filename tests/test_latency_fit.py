@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import llmqueue as q
-from llmqueue.cli import main
-from llmqueue.fit import fit_linear, fit_staircase, read_samples
+from llmqueue.cli.main import main
+from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 
 
 def test_step_model_is_spec_4():

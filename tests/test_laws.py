@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import llmqueue as q
-from llmqueue.arrivals import Gamma, Poisson, Renewal, TraceTimes
-from llmqueue.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
+from llmqueue.models.arrivals import Gamma, Poisson, Renewal, TraceTimes
+from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
                             UniformInt, decode_mean, decode_sizes)
 
 Z = 5.0

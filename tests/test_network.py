@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import simpy
 
-from llmqueue.classes import RequestClass, by_class, class_stream
-from llmqueue.engine import Engine
-from llmqueue.latency import Constant
-from llmqueue.network import Network, merge_series
-from llmqueue.policies import ClassPriority, Sarathi
-from llmqueue.routers import make_router
-from llmqueue.scenarios import parallel
-from llmqueue.simulate import simulate
-from llmqueue.sizes import Fixed, Geometric, PoissonSize
-from llmqueue.workload import poisson
+from llmqueue.network.classes import RequestClass, by_class, class_stream
+from llmqueue.engine.processes import Engine
+from llmqueue.models.latency import Constant
+from llmqueue.network.network import Network, merge_series
+from llmqueue.policies.builtin import ClassPriority, Sarathi
+from llmqueue.network.routers import make_router
+from llmqueue.experiments import parallel
+from llmqueue.engine.simulate import simulate
+from llmqueue.models.sizes import Fixed, Geometric, PoissonSize
+from llmqueue.models.workload import poisson
 
 from invariants import check_run
 
@@ -148,4 +148,4 @@ def test_the_public_api_is_exported_at_the_top():
     assert q.__all__ == sorted(q.__all__)
     assert all(hasattr(q, name) for name in q.__all__)
     assert q.Network is Network and q.class_stream is class_stream and q.Geometric is Geometric
-    assert isinstance(q.theory, types.ModuleType) and isinstance(q.sweep, types.ModuleType)
+    assert isinstance(q.theory, types.ModuleType) and isinstance(q.sweeps, types.ModuleType)

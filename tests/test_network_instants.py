@@ -2,7 +2,7 @@
 completions at the same instant keep one order."""
 
 import llmqueue as q
-from llmqueue.workflows import start_jobs
+from llmqueue.network.workflows import start_jobs
 
 
 def routed_to(via_job: bool) -> str:

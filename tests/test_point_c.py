@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from llmqueue.latency import Staircase
-from llmqueue.scenarios import point_c
+from llmqueue.models.latency import Staircase
+from llmqueue.experiments import point_c
 
 
 def run_rows(horizon, **logs):

@@ -3,7 +3,7 @@
 import pytest
 
 from llmqueue import ClassPriority, make_policy, make_view
-from llmqueue.policies import take_prefill
+from llmqueue.policies.builtin import take_prefill
 
 
 def shape(plan):
@@ -102,7 +102,7 @@ def test_a_plain_function_is_a_policy():
 
 def test_class_priority_gives_nothing_once_the_budget_is_spent():
     # found in review: whole-prefill under priority handed a 0-token chunk to class y
-    from llmqueue.policies import WholePrefill
+    from llmqueue.policies.builtin import WholePrefill
     view = make_view([(0, 5, 3), (1, 5, 3)], classes=["x", "y"])
     assert shape(ClassPriority(WholePrefill(), ["x", "y"])(view, 4)) == ([], [(0, 4)])
 
@@ -111,7 +111,7 @@ def test_step_fill_under_class_priority_still_sees_the_whole_pool():
     # found in review: the full-pool test counted only one class's residents.  With
     # kmax 3 the pool is full only counting both classes: class x (1 decode) may add
     # prefill to the end of its step (127), then class y decodes with what is left
-    from llmqueue.policies import StepFill
+    from llmqueue.policies.builtin import StepFill
     view = make_view([(0, 0, 5), (1, 2000, 9), (2, 0, 5)], classes=["x", "x", "y"])
     ranked = ClassPriority(StepFill(kmax=3), ["x", "y"])(view, 1024)
     assert shape(ranked) == ([0, 2], [(1, 127)])

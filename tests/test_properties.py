@@ -4,8 +4,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import llmqueue as q
-from llmqueue.policies import ClassPriority, make_policy
-from llmqueue.reference import run_reference
+from llmqueue.policies.builtin import ClassPriority, make_policy
+from llmqueue.engine.reference import run_reference
 
 from invariants import check_run
 

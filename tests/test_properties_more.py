@@ -9,13 +9,14 @@ import sys
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import llmqueue as q
-from llmqueue import arrivals, sizes
-from llmqueue.latency import Interpolated, Linear, StepModel
-from llmqueue.network import Network
-from llmqueue.policies import make_policy
-from llmqueue.reference import run_reference
-from llmqueue.routers import ROUTERS
-from llmqueue.workload import compose
+from llmqueue.models import arrivals
+from llmqueue.models import sizes
+from llmqueue.models.latency import Interpolated, Linear, StepModel
+from llmqueue.network.network import Network
+from llmqueue.policies.builtin import make_policy
+from llmqueue.engine.reference import run_reference
+from llmqueue.network.routers import ROUTERS
+from llmqueue.models.workload import compose
 
 from invariants import check_run
 

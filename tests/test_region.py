@@ -3,10 +3,10 @@
 import pytest
 
 import llmqueue as q
-from llmqueue.latency import Constant, Staircase
-from llmqueue.policies import StepFill
-from llmqueue.region import stability_region, vertex_c
-from llmqueue.theory import peak_token_rate
+from llmqueue.models.latency import Constant, Staircase
+from llmqueue.policies.builtin import StepFill
+from llmqueue.theory.region import stability_region, vertex_c
+from llmqueue.theory.capacity import peak_token_rate
 
 L = Staircase()
 T = L.tokens_time

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 import llmqueue as q
-from llmqueue.latency import StepModel
-from llmqueue.theory import peak_token_rate
+from llmqueue.models.latency import StepModel
+from llmqueue.theory.capacity import peak_token_rate
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -4,7 +4,7 @@ per-engine load of 0.9, entering priority is stable."""
 import numpy as np
 import pytest
 
-from llmqueue.scenarios import rybko_stolyar as rs
+from llmqueue.experiments import rybko_stolyar as rs
 
 
 def sampled_backlog(result):

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 import llmqueue as q
-from llmqueue.cli import main
-from llmqueue.scenarios import sarathi_demo as demo
-from llmqueue.simulate import Result
+from llmqueue.cli.main import main
+from llmqueue.experiments import sarathi_demo as demo
+from llmqueue.engine.simulate import Result
 from invariants import check_run
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -105,7 +105,7 @@ def test_custom_policy_script_runs():
 @pytest.mark.parametrize("policy", [q.WholePrefill(), q.Sarathi(chunk=300)])
 @pytest.mark.parametrize("bmax", [None, 512])
 def test_demo_policies_match_the_reference_engine(policy, bmax):
-    from llmqueue.reference import run_reference
+    from llmqueue.engine.reference import run_reference
     stream = demo.workload(count=80, seed=2)
     fast = q.simulate(stream, policy, bmax=bmax, kmax=demo.KMAX, latency=q.StepModel(),
                       batches=True)

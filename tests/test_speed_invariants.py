@@ -42,8 +42,8 @@ def test_skip_ahead_is_exact_on_random_workloads():
 def test_skip_ahead_actually_skips():
     # FasterTransformer-whole at point C decodes in long identical stretches
     import simpy
-    from llmqueue.engine import Engine, feed
-    from llmqueue.metrics import Recorder
+    from llmqueue.engine.processes import Engine, feed
+    from llmqueue.engine.recorder import Recorder
 
     env = simpy.Environment()
     engine = Engine(env, q.make_policy("fastertransformer"), bmax=128,

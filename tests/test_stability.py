@@ -3,8 +3,8 @@
 import pytest
 
 import llmqueue as q
-from llmqueue.scenarios import point_c
-from llmqueue.stability import measured_verdict, predicted_verdict
+from llmqueue.experiments import point_c
+from llmqueue.theory.stability import measured_verdict, predicted_verdict
 
 
 @pytest.mark.parametrize("slope, se, offered, verdict", [

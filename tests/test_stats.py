@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from llmqueue.stats import aggregate, mean_ci, mean_se, t975
+from llmqueue.theory.stats import aggregate, mean_ci, mean_se, t975
 
 
 @pytest.mark.parametrize("df, printed", [

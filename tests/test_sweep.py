@@ -7,8 +7,8 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from llmqueue import Constant, poisson, simulate
-from llmqueue.scenarios import Param, Scenario, register
-from llmqueue.sweep import plan, read_rows, summarize, sweep, to_dataframe
+from llmqueue.experiments import Param, Scenario, register
+from llmqueue.sweeps.runner import plan, read_rows, summarize, sweep, to_dataframe
 
 CALLS = []        # the parameters of every run of the counting scenario, in order
 BOMB = {"at": None}  # a rate whose run is interrupted (Ctrl-C) when set

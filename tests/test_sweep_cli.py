@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from llmqueue.cli import main
+from llmqueue.cli.main import main
 
 SWEEP = ["sweep", "single", "--set", "arrival=poisson", "--grid", "rate=1:2:0.5",
          "--scheduler", "sarathi,orca", "--seeds", "2", "--horizon", "20", "--workers", "1"]

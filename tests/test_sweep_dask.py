@@ -4,8 +4,8 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from llmqueue.executors import open_executor  # noqa: E402
-from llmqueue.sweep import sweep  # noqa: E402
+from llmqueue.sweeps.executors import open_executor  # noqa: E402
+from llmqueue.sweeps.runner import sweep  # noqa: E402
 
 GRID = {"arrival": ["poisson"], "rate": [1.0, 2.0]}
 KW = dict(schedulers=["sarathi", "orca"], horizon=30.0)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from llmqueue import theory
-from llmqueue.cli import main
-from llmqueue.scenarios import theorem2
+from llmqueue.theory import capacity as theory
+from llmqueue.cli.main import main
+from llmqueue.experiments import theorem2
 
 CAPACITY = 512 / 0.15316  # tokens/s, SPEC 6.2
 

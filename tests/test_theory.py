@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import llmqueue as q
-from llmqueue import theory
-from llmqueue.cli import main
+from llmqueue.theory import capacity as theory
+from llmqueue.cli.main import main
 
 
 class Quadratic:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import llmqueue as q
-from llmqueue.traces import parse_timestamp, read_trace
+from llmqueue.models.traces import parse_timestamp, read_trace
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
@@ -116,7 +116,7 @@ def test_a_late_starting_clock_keeps_the_true_rate(tmp_path):
 def test_speedup_multiplies_the_rate_of_the_replayed_part(traces_dir):
     # found in review: with a limit, the target rate came from the whole trace
     import os
-    from llmqueue.traces import read_trace
+    from llmqueue.models.traces import read_trace
     trace = read_trace(os.path.join(traces_dir, "AzureLLMInferenceTrace_conv.csv"))
     for limit in (100, 2000):
         base = [a.time for a in trace.workload(limit=limit)]

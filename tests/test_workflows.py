@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from llmqueue.latency import Constant
-from llmqueue.network import Network
-from llmqueue.workflows import job_summary, start_jobs
+from llmqueue.models.latency import Constant
+from llmqueue.network.network import Network
+from llmqueue.network.workflows import job_summary, start_jobs
 
 S = 10**9  # ticks per second
 

@@ -1,0 +1,254 @@
+"""The ``llmqueue`` command: list scenarios and schedulers, run a scenario."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from llmqueue import experiments as scenarios
+from llmqueue.cli import sweep as sweep_cli
+from llmqueue.common import validation
+from llmqueue.policies.builtin import make_policy, policy_names
+from llmqueue.cli.report import COLUMNS, table
+from llmqueue.experiments.base import Rows, Scenario
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ValueError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line grammar."""
+    parser = _Parser(prog="llmqueue", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("list", help="scenarios and schedulers, one line each")
+    run = sub.add_parser("run", help="run a scenario")
+    run.add_argument("scenario")
+    run.add_argument("--scheduler", help="scheduler name or module:attribute")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a scenario parameter (repeatable)")
+    run.add_argument("--horizon", type=float, help="simulated seconds")
+    run.add_argument("--seed", type=int, help="random seed")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--timeseries", metavar="FILE", help="CSV time,pending,backlog")
+    run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
+    run.add_argument("--requests", metavar="FILE", help="CSV of every request")
+    run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    run.add_argument("--max-pending", type=int, metavar="N",
+                     help="stop a run once more than N requests are pending (verdict "
+                          "'diverged'); single-engine scenarios")
+    fit = sub.add_parser("fit", help="fit staircase and linear batch-time models to samples")
+    fit.add_argument("file", help="CSV with the header tokens,seconds")
+    fit.add_argument("--b0", type=int, help="staircase step width (default: searched)")
+    fit.add_argument("--json", action="store_true", help="print one JSON object")
+    sweep_cli.add_parsers(sub)
+    cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
+                         "with Theorem 2's verdict per scheduler")
+    cap.add_argument("--scheduler", help="give only this scheduler's verdict")
+    cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a parameter of `run single` (repeatable)")
+    cap.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _overrides(pairs: Sequence[str], scheduler: Optional[str]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
+        out[key.strip()] = value.strip()
+    if scheduler is not None:
+        out["scheduler"] = scheduler
+    return out
+
+
+def _per_row(path: str, label: str, many: bool) -> str:
+    if not many:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-{label}{ext}"
+
+
+def cmd_list() -> None:
+    """Print scenarios and schedulers."""
+    for name, scenario in scenarios.REGISTRY.items():
+        print(f"scenario   {name:<18} {scenario.summary}")
+    for name in policy_names():
+        print(f"scheduler  {name:<18} {_first_sentence(make_policy(name).__doc__ or '')}")
+
+
+def _first_sentence(doc: str) -> str:
+    """A docstring's first sentence on one line."""
+    text = " ".join(doc.split("\n\n")[0].split()).replace("``", "")
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
+
+
+def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
+    """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
+    out = []
+    for label, result in rows:
+        s = result.summary
+        if s.get("diverged_at") is not None:
+            out.append(f"{label}: diverged: {s['pending_final']} requests pending at "
+                       f"t = {s['diverged_at']:.2f} s (the run stopped there)")
+            continue
+        if s.get("verdict") is None or s.get("backlog_slope") is None:
+            continue
+        theory = "" if s.get("predicted") is None else \
+            f"; theory: {s['predicted']} (load {s['load']:.3f})"
+        out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
+                   f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
+                   f"{s['verdict']}{theory}")
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    """Run a scenario and print or write what was asked for."""
+    scenario: Optional[Scenario] = scenarios.REGISTRY.get(args.scenario)
+    if scenario is None:
+        raise ValueError(f"scenario must be one of {', '.join(scenarios.REGISTRY)}; "
+                         f"got {args.scenario!r}")
+    params = scenario.resolve(_overrides(args.set, args.scheduler))
+    if params.get("scheduler") is not None:
+        make_policy(params["scheduler"])  # fail early on an unknown name
+    if args.horizon is not None and not args.horizon > 0:
+        raise ValueError(f"--horizon must be a number > 0; got {args.horizon}")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
+    logs = {"batches": bool(args.batches), "requests": bool(args.requests),
+            "timeseries": bool(args.timeseries or args.plot)}
+    if args.max_pending is not None:
+        if scenario.extra.get("network"):
+            raise ValueError(f"--max-pending applies to single-engine scenarios; "
+                             f"{scenario.name} runs a network of engines")
+        logs["max_pending"] = validation.positive_int("--max-pending", args.max_pending)
+    rows: Rows = scenario.run(params, args.horizon, args.seed, **logs)
+    many = len(rows) > 1
+    for label, result in rows:
+        if args.timeseries:
+            result.write_timeseries(_per_row(args.timeseries, label, many))
+        if args.batches:
+            result.write_batches(_per_row(args.batches, label, many))
+        if args.requests:
+            result.write_requests(_per_row(args.requests, label, many))
+    if args.plot:
+        from llmqueue.plotting.pending import plot_pending
+        plot_pending(rows, args.plot, f"{scenario.name}: pending requests over time",
+                     kmax=params.get("kmax"))
+    summaries = [result.row(label) for label, result in rows]
+    checks = scenario.extra["checks"](rows) if "checks" in scenario.extra else []
+    if args.json:
+        shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
+        doc = {"scenario": scenario.name, "params": shown, "rows": summaries}
+        if checks:
+            doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                             for c in checks]
+        print(json.dumps(doc))
+    else:
+        print(table(summaries, scenario.extra.get("columns", COLUMNS)))
+        for check in checks:
+            print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+        notes = scenario.extra.get("notes", _drift_notes)
+        lines = notes(rows, params)
+        if lines:
+            print("\n" + "\n".join(lines))
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    """Fit a staircase and a linear model to measured (tokens, seconds) samples."""
+    from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
+    tokens, seconds = read_samples(args.file)
+    stair, line = fit_staircase(tokens, seconds, args.b0), fit_linear(tokens, seconds)
+    if args.json:
+        print(json.dumps({"file": args.file, "samples": stair.samples,
+                          "staircase": stair.as_dict(), "linear": line.as_dict()}))
+        return
+    s, lin = stair.model, line.model
+    print(f"{stair.samples} samples from {args.file}")
+    print(f"staircase  t = {s.c * 1e3:.3f} ms + {s.a * 1e3:.3f} ms * ceil(b / {s.b0})"
+          f"   R^2 = {stair.r2:.4f}")
+    print(f"linear     t = {lin.c * 1e3:.3f} ms + {lin.per_token * 1e3:.5f} ms * b"
+          f"   R^2 = {line.r2:.4f}")
+
+
+def cmd_capacity(args: argparse.Namespace) -> None:
+    """Theorem 2's figures for the engine and workload of ``run single``."""
+    from llmqueue.theory import capacity as theory
+    from llmqueue.models.latency import tokens_time
+    from llmqueue.experiments.base import engine_kwargs
+    from llmqueue.experiments.single import arrival_rate
+    from llmqueue.theory.stability import predict
+    p = scenarios.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
+    if p["bmax"] is None:
+        raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
+                         "(an unlimited budget has no full batch)")
+    latency = engine_kwargs(p)["latency"]
+    vp = validation.nonnegative_int("vp", p["vp"])
+    vd = validation.positive_int("vd", p["vd"])
+    bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
+    rate = arrival_rate(p)
+    names = [p["scheduler"]] if args.scheduler else policy_names()
+    verdicts = {}
+    for name in names:
+        wc = make_policy(name, chunked=p["chunked"]).work_conserving
+        verdicts[name] = {"work_conserving": wc,
+                          "predicted": predict(rate, vp, vd, work_conserving=wc, bmax=bmax,
+                                               kmax=kmax, latency=latency)}
+    doc = {"token_capacity": theory.token_capacity(bmax, latency),
+           "peak_token_rate": theory.peak_token_rate(bmax, latency),
+           "batch_time": tokens_time(latency, bmax),
+           "lambda_star": theory.lambda_star(bmax, vp, vd, latency),
+           "rate": rate, "tokens_per_request": vp + vd,
+           "load": theory.load(rate, bmax, vp, vd, latency),
+           "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
+           "params": p, "verdicts": verdicts}
+    if args.json:
+        print(json.dumps(doc))
+        return
+    print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
+          f"workload: {rate:.4g} req/s x ({vp} + {vd}) tokens = "
+          f"{rate * (vp + vd):.1f} tokens/s offered\n"
+          f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
+          f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
+          f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
+          f"(no scheduler serves faster)\n"
+          f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
+          f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
+          f"{doc['fluid_slope']:.1f} tokens/s\n")
+    print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
+                  "predicted": v["predicted"]} for n, v in verdicts.items()],
+                [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point; returns the exit code (2 for bad input)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # lets --scheduler name a module:attribute here
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "list":
+            cmd_list()
+        elif args.command == "fit":
+            cmd_fit(args)
+        elif hasattr(args, "handler"):
+            args.handler(args)
+        elif args.command == "capacity":
+            cmd_capacity(args)
+        else:
+            cmd_run(args)
+    except (ValueError, OSError, OverflowError) as exc:
+        print(f"llmqueue: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""The SimPy engine and its state: the processes of one inference server
+(GPU resource, slot container, request processes, scheduler process), the
+residents structure, the recorder of metric streams, the results schema,
+:func:`simulate`, and a plain reference stepper for equivalence tests.
+Imports common, models, policies and theory."""
+
+from llmqueue.engine.processes import Diverged, Engine, Stalled
+from llmqueue.engine.simulate import Result, simulate
+
+__all__ = ["Diverged", "Engine", "Result", "Stalled", "simulate"]

@@ -1,0 +1,278 @@
+"""The SimPy processes of one inference engine.
+
+* The GPU is a :class:`simpy.Resource` of capacity one, held by the scheduler
+  for each busy period.
+* The kmax pool is a :class:`simpy.Container` of slots.  An arrival that finds
+  a free slot and nobody waiting takes it at once; otherwise it joins the FIFO
+  waiting line, whose head a gatekeeper process admits as slots come back.
+  Admission starts the request's process.
+* Each request is a process that waits for its prefill phase, then its decode
+  phase, then gives its slot back: it is woken at those two boundaries only.
+* The scheduler process forms each iteration's batch with the policy under the
+  token budget and yields a timeout of ``t_b``.  When the policy is stationary
+  and the next ``k`` iterations are provably identical (nothing is admitted,
+  finishes or changes phase before the last of them starts), it yields one
+  timeout of ``k * t_b`` instead (exact skip-ahead).
+
+Order of events at one instant (SPEC section 2): before choosing a batch the
+scheduler waits for an *end-of-instant* event, scheduled behind every ordinary
+event at the current time, so progress, releases, admissions and arrivals of
+that instant are all settled first.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Deque, Dict, Generator, Hashable, Iterable, Optional, Tuple
+
+import simpy
+
+from llmqueue.common.units import to_ticks
+from llmqueue.engine.clock import later_this_instant, wait_until
+from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.engine.recorder import Recorder
+from llmqueue.policies.builtin import BUILTIN, Policy
+from llmqueue.engine.residents import Residents, check_plan
+from llmqueue.policies.view import Resident
+from llmqueue.common import validation
+
+#: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
+#: decisions come after both (every iteration end, release and admission of the
+#: instant is settled), and batch choices come last.
+ROUTING = 1.5
+END_OF_INSTANT = 2
+UNLIMITED = sys.maxsize
+
+
+class Stalled(ValueError):
+    """The policy formed an empty batch while residents still have work."""
+
+
+class Diverged(Exception):
+    """More requests are pending than the run allows (``max_pending``)."""
+
+    def __init__(self, now: int, pending: int) -> None:
+        super().__init__(now, pending)  # SimPy rebuilds exceptions from their args
+        self.now = now
+        self.pending = pending
+
+    def __str__(self) -> str:
+        return f"{self.pending} requests pending at t={self.now / 1e9:.3f} s"
+
+
+class Engine:
+    """One inference server in a SimPy environment."""
+
+    def __init__(self, env: simpy.Environment, policy: Policy, *, bmax: Optional[int] = 128,
+                 kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
+                 recorder: Optional[Recorder] = None, until: Optional[int] = None,
+                 skip_ahead: bool = True, max_pending: Optional[int] = None,
+                 name: str = "engine") -> None:
+        self.env = env
+        self.name = name
+        self.bmax = validation.optional_positive_int("bmax", bmax)
+        self.kmax = validation.optional_positive_int("kmax", kmax)
+        self.budget = UNLIMITED if bmax is None else bmax
+        self.latency = latency if latency is not None else Staircase()
+        if not callable(getattr(self.latency, "batch_time", None)):
+            raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
+                             f"method; got {self.latency!r}")
+        self.policy = policy.for_engine(self.latency, self.kmax)
+        self.recorder = recorder if recorder is not None else Recorder(self.budget)
+        self.until = until
+        self.max_pending = validation.optional_positive_int("max_pending", max_pending)
+        self.skip_ahead = skip_ahead and self.policy.stationary
+        slots = float("inf") if kmax is None else kmax
+        self.gpu = simpy.Resource(env, capacity=1)
+        self.pool = simpy.Container(env, capacity=slots, init=slots)
+        self.waiting: Deque[Resident] = deque()
+        self.residents = Residents()
+        self._check = not isinstance(self.policy, tuple(BUILTIN.values()))
+        self._ticks: Dict[Tuple[int, int, int], int] = {}
+        self._arrival: Optional[simpy.Event] = None
+        self._wake: Optional[simpy.Event] = None
+        env.process(self._gatekeeper())
+        env.process(self._scheduler())
+
+    # -- what the outside sees -------------------------------------------
+    def submit(self, r: Resident) -> None:
+        """``r`` arrives now and joins the waiting line."""
+        validation.token_count("prefill", r.vp)
+        validation.token_count("decode", r.vd, minimum=1)
+        if not self.policy.chunked and r.vp > self.budget:
+            raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
+                             f"fit bmax={self.budget} with chunked=false; allowed: prompts "
+                             f"<= bmax, or chunked=true")
+        r.arrival = self.env.now
+        self.recorder.arrive(r.arrival, r.vp + r.vd)
+        if not self.waiting and self.pool.level >= 1:
+            self.pool.get(1)  # nobody is ahead: the slot is taken now
+            self._admit(r)
+        else:
+            self.waiting.append(r)
+            if self._arrival is not None and not self._arrival.triggered:
+                self._arrival.succeed()
+        if self.max_pending is not None and self.recorder.pending > self.max_pending:
+            raise Diverged(self.env.now, self.recorder.pending)
+
+    def call(self, vp: int, vd: int, klass: Hashable = None,
+             rid: Optional[int] = None) -> simpy.Event:
+        """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
+        return an event that fires, with the :class:`Resident` as its value,
+        when its last token is done.  Ids number this engine's arrivals from 0
+        unless ``rid`` is given."""
+        r = Resident(self.recorder.arrivals if rid is None else rid, vp, vd, klass)
+        r.on_finished = self.env.event()
+        self.submit(r)
+
+        def wait() -> Generator[simpy.Event, object, Resident]:
+            yield r.on_finished
+            return r
+
+        return self.env.process(wait())
+
+    @property
+    def pending(self) -> int:
+        """Requests in the system: residents plus waiting."""
+        return self.recorder.pending
+
+    @property
+    def backlog(self) -> int:
+        """Unprocessed tokens of all requests in the system, now."""
+        self.recorder.commit(self.env.now)
+        return self.recorder.backlog
+
+    # -- processes -------------------------------------------------------
+    def _gatekeeper(self) -> Generator[simpy.Event, object, None]:
+        waiting = self.waiting
+        while True:
+            if not waiting:
+                self._arrival = self.env.event()
+                yield self._arrival
+            yield self.pool.get(1)
+            self._admit(waiting.popleft())
+
+    def _admit(self, r: Resident) -> None:
+        env = self.env
+        self.residents.admit(r, env.now)
+        if r.prefill_left > 0:
+            r.on_prefilled = env.event()
+        if r.on_finished is None:
+            r.on_finished = env.event()
+        env.process(self._request(r))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _request(self, r: Resident) -> Generator[simpy.Event, object, None]:
+        """One request's life after admission: prefill, decode, release."""
+        if r.on_prefilled is not None:
+            yield r.on_prefilled
+        yield r.on_finished
+        yield self.pool.put(1)
+
+    def _end_of_instant(self) -> simpy.Event:
+        return later_this_instant(self.env, END_OF_INSTANT)
+
+    def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
+        key = (decode, prefill, requests)
+        t = self._ticks.get(key)
+        if t is None:
+            t = to_ticks(self.latency.batch_time(decode, prefill, requests))
+            if t <= 0:
+                raise ValueError(f"latency model {self.latency!r} gave a batch time <= 0 "
+                                 f"for {decode} decode + {prefill} prefill tokens; "
+                                 "allowed: > 0 seconds")
+            if len(self._ticks) > 100_000:
+                self._ticks.clear()
+            self._ticks[key] = t
+        return t
+
+    def _repeats(self, plan, t: int) -> int:
+        """How many identical iterations the scheduler may run as one."""
+        env = self.env
+        k = self.residents.repeats(plan)
+        if k > 1 and self.pool.level >= 1:
+            # a free slot: an arrival could be admitted and change the next batch
+            nxt = env.peek()
+            if nxt != float("inf"):
+                k = min(k, -(-(nxt - env.now) // t))
+        if k > 1 and self.until is not None:
+            k = min(k, (self.until - env.now - 1) // t)
+        return max(k, 1)
+
+    def _scheduler(self) -> Generator[simpy.Event, object, None]:
+        env, residents, recorder = self.env, self.residents, self.recorder
+        policy, budget = self.policy, self.budget
+        gpu_request = None
+        while True:
+            if env.peek() == env.now:
+                yield self._end_of_instant()
+            if not len(residents):
+                if gpu_request is not None:
+                    self.gpu.release(gpu_request)
+                    gpu_request = None
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            if gpu_request is None:
+                gpu_request = self.gpu.request()
+                yield gpu_request
+                continue
+            residents.settle()
+            plan = policy(residents, budget)
+            if self._check:
+                check_plan(plan, residents, budget, policy.name)
+            if not plan:
+                raise Stalled(f"policy {policy.name!r} formed an empty batch at "
+                              f"t={env.now / 1e9:.6f} s while {len(residents)} residents "
+                              "have work; the run can never make progress")
+            decode = len(plan.decode)
+            prefill = 0
+            for _, tokens in plan.prefill:
+                prefill += tokens
+            requests = decode + len(plan.prefill)
+            t = self._batch_ticks(decode, prefill, requests)
+            k = self._repeats(plan, t) if self.skip_ahead else 1
+            start = env.now
+            recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
+            yield env.timeout(k * t)
+            prefilled, finished = residents.apply(plan, k, start, t)
+            now = env.now
+            recorder.commit(now)
+            for r in prefilled:
+                r.on_prefilled.succeed()
+            for r in finished:
+                recorder.finish(now, r)
+                r.on_finished.succeed()
+
+
+def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]
+                   ) -> Generator[simpy.Event, object, None]:
+    """A process that snapshots ``recorder`` at each edge before the horizon
+    (the recorder adds the last one when it closes)."""
+    for edge in edges:
+        if edge > env.now:
+            yield env.timeout(edge - env.now)
+        recorder.snapshot(edge)
+
+
+def restart_at(env: simpy.Environment, recorder: Recorder, at: int
+               ) -> Generator[simpy.Event, object, None]:
+    """A process that restarts ``recorder`` at ``at`` (warm-up deletion)."""
+    yield env.timeout(at - env.now)
+    recorder.restart(at)
+
+
+def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
+         until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
+    """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
+    at their times, numbering requests from 0 in arrival order."""
+    rid = 0
+    for arrival in arrivals:
+        if not (yield from wait_until(env, arrival[0], until, "arrival times")):
+            return
+        klass = arrival[3] if len(arrival) > 3 else None
+        engine.submit(Resident(rid, arrival[1], arrival[2], klass))
+        rid += 1

@@ -1,0 +1,254 @@
+"""Streams of what a run produces (SPEC section 5), recorded as they happen.
+
+The :class:`Recorder` keeps running totals and exact integer integrals of
+pending and backlog over time, so a run's memory does not grow with its
+iteration count.  Per-request latencies go to compact arrays; the batch log,
+the request log and the pending/backlog series are kept only when asked for.
+
+A run of ``k`` identical iterations is announced with :meth:`Recorder.start_run`
+and committed lazily: an arrival in the middle of it first commits the
+iterations that ended by then, so every figure is what stepping one
+iteration at a time would give.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from llmqueue.common.units import to_seconds
+from llmqueue.theory.drift import edge_slope
+from llmqueue.policies.view import Plan, Resident
+
+BatchRow = Tuple[int, int, int, int, int, Tuple[int, ...], Tuple[Tuple[int, int], ...]]
+
+
+class Recorder:
+    """Running figures of one engine."""
+
+    def __init__(self, bmax: int, batches: bool = False, requests: bool = False,
+                 timeseries: bool = False) -> None:
+        self.bmax = bmax
+        self.arrivals = 0
+        self.completed = 0
+        self.pending = 0
+        self.backlog = 0
+        self.pending_max = 0
+        self.backlog_max = 0
+        self._t = 0
+        self._origin = 0
+        self._pending_area = 0
+        self._backlog_area = 0
+        self.batches = 0
+        self.decode_batches = 0
+        self.decode_tokens = 0
+        self.prefill_tokens = 0
+        self.mixed = 0
+        self.decode_only = 0
+        self.prefill_only = 0
+        self.busy = 0
+        self.wc_violations = 0
+        self._run: Optional[List[int]] = None
+        self._members: Tuple[Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), ())
+        self.ttft = array("d")
+        self.tpot = array("d")
+        self.e2e = array("d")
+        self.batch_log: Optional[List[BatchRow]] = [] if batches else None
+        self.request_log: Optional[List[Resident]] = [] if requests else None
+        self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
+        self.windows: List[Tuple[int, int]] = []
+
+    # -- integrals -------------------------------------------------------
+    def _advance(self, now: int) -> None:
+        """Integrate up to ``now``.  Maxima count only levels held for a
+        positive time, so events at one instant never show a passing spike."""
+        span = now - self._t
+        if span:
+            self._pending_area += self.pending * span
+            self._backlog_area += self.backlog * span
+            self._t = now
+            if self.pending > self.pending_max:
+                self.pending_max = self.pending
+            if self.backlog > self.backlog_max:
+                self.backlog_max = self.backlog
+
+    def _mark(self, now: int, backlog: Optional[int] = None) -> None:
+        """Add a row to the pending/backlog series; rows at one instant collapse."""
+        series = self.series
+        if series is not None:
+            row = (now, self.pending, self.backlog if backlog is None else backlog)
+            if series and series[-1][0] == now:
+                series[-1] = row
+            else:
+                series.append(row)
+
+    # -- events ----------------------------------------------------------
+    def arrive(self, now: int, tokens: int) -> None:
+        """A request with ``tokens`` tokens in all arrived."""
+        self.commit(now)
+        self._advance(now)
+        self.arrivals += 1
+        self.pending += 1
+        self.backlog += tokens
+        self._mark(now)
+
+    def start_run(self, start: int, t: int, k: int, plan: Plan, decode: int,
+                  prefill: int, requests: int, demand: int) -> None:
+        """``k`` iterations of ``plan``, each ``t`` long, begin at ``start``."""
+        self._run = [start, t, k, decode, prefill, requests, demand, 0]
+        if self.batch_log is not None:
+            self._members = (tuple(r.rid for r in plan.decode),
+                             tuple((r.rid, n) for r, n in plan.prefill))
+
+    def commit(self, now: int) -> None:
+        """Account for the iterations of the current run that ended by ``now``."""
+        run = self._run
+        if run is None:
+            return
+        start, t, k, decode, prefill, requests, demand, done = run
+        n = min(k, (now - start) // t) - done
+        if n <= 0:
+            return
+        b = decode + prefill
+        first_end = start + (done + 1) * t
+        self._advance(first_end)
+        self.backlog -= b
+        if n > 1:
+            span = (n - 1) * t
+            self._pending_area += self.pending * span
+            self._backlog_area += t * ((n - 1) * self.backlog - b * (n - 2) * (n - 1) // 2)
+            self.backlog -= (n - 1) * b
+            self._t = first_end + span
+        if self.series is not None:
+            final = self.backlog
+            for i in range(n):
+                self._mark(first_end + i * t, final + (n - 1 - i) * b)
+        self.batches += n
+        self.busy += n * t
+        self.decode_tokens += n * decode
+        self.prefill_tokens += n * prefill
+        if decode:
+            self.decode_batches += n
+            if prefill:
+                self.mixed += n
+            else:
+                self.decode_only += n
+        else:
+            self.prefill_only += n
+        self.wc_violations += _violations(done, n, b, self.bmax, demand, prefill)
+        if self.batch_log is not None:
+            rids, chunks = self._members
+            self.batch_log.extend((start + i * t, t, prefill, decode, requests, rids, chunks)
+                                  for i in range(done, done + n))
+        run[7] = done + n
+        if done + n == k:
+            self._run = None
+
+    def finish(self, now: int, r: Resident) -> None:
+        """Request ``r`` produced its last token at ``now``."""
+        self._advance(now)
+        self.pending -= 1
+        self.completed += 1
+        self.ttft.append(to_seconds(r.first_token - r.arrival))
+        self.e2e.append(to_seconds(r.finished - r.arrival))
+        if r.vd > 1:
+            self.tpot.append(to_seconds(r.finished - r.first_token) / (r.vd - 1))
+        if self.request_log is not None:
+            self.request_log.append(r)
+        self._mark(now)
+
+    def snapshot(self, now: int) -> None:
+        """Note the backlog at ``now`` (a drift window edge)."""
+        self.commit(now)
+        self.windows.append((now, self.backlog))
+
+    def restart(self, now: int) -> None:
+        """Forget everything before ``now`` (warm-up deletion) but the current
+        pending and backlog levels: counts, integrals, maxima, batch counters
+        and latencies start afresh, and time averages run over ``[now, end]``.
+        The logs (batches, requests, series) are kept whole."""
+        self.commit(now)
+        self._advance(now)
+        self._origin = now
+        self._pending_area = self._backlog_area = 0
+        self.pending_max = self.backlog_max = 0  # levels count once held after now
+        self.arrivals = self.completed = 0
+        self.batches = self.decode_batches = self.decode_tokens = self.prefill_tokens = 0
+        self.mixed = self.decode_only = self.prefill_only = self.busy = 0
+        self.wc_violations = 0
+        self.ttft, self.tpot, self.e2e = array("d"), array("d"), array("d")
+
+    def close(self, end: int) -> None:
+        """Extend the integrals to ``end``, the end of the observed span."""
+        self._advance(end)
+        if self.windows:
+            self.windows.append((end, self.backlog))
+        self.pending_max = max(self.pending_max, self.pending)
+        self.backlog_max = max(self.backlog_max, self.backlog)
+
+    # -- results ---------------------------------------------------------
+    def summary(self, end: int, waiting: int, residents: int) -> Dict[str, object]:
+        """The summary figures of the ``--json`` contract (times in seconds),
+        over ``[origin, end]`` (origin 0 unless :meth:`restart` moved it)."""
+        span = end - self._origin
+        ttft = percentiles(self.ttft)
+        slope, slope_se = edge_slope([t for t, _ in self.windows],
+                                     [b for _, b in self.windows])
+        tpot = percentiles(self.tpot)
+        return {
+            "arrivals": self.arrivals,
+            "completed": self.completed,
+            "residents_final": residents,
+            "waiting_final": waiting,
+            "pending_mean": self._pending_area / span if span else None,
+            "pending_max": self.pending_max,
+            "pending_final": self.pending,
+            "backlog_mean": self._backlog_area / span if span else None,
+            "backlog_max": self.backlog_max,
+            "backlog_final": self.backlog,
+            "batches": self.batches,
+            "decode_batch_mean": (self.decode_tokens / self.decode_batches
+                                  if self.decode_batches else None),
+            "mixed_fraction": self.mixed / self.batches if self.batches else None,
+            "decode_only_fraction": self.decode_only / self.batches if self.batches else None,
+            "prefill_only_fraction": self.prefill_only / self.batches if self.batches else None,
+            "busy_fraction": self.busy / span if span else None,
+            "throughput_tokens_per_s": ((self.decode_tokens + self.prefill_tokens)
+                                        / to_seconds(span) if span else None),
+            "ttft_p50": ttft[0], "ttft_p90": ttft[1], "ttft_p99": ttft[2],
+            "tpot_p50": tpot[0], "tpot_p90": tpot[1], "tpot_p99": tpot[2],
+            "e2e_mean": float(np.mean(self.e2e)) if len(self.e2e) else None,
+            "non_work_conserving_batches": self.wc_violations,
+            "backlog_slope": slope,
+            "backlog_slope_se": slope_se,
+            "duration": to_seconds(span),
+        }
+
+
+def _violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -> int:
+    """Batches among iterations ``i0 .. i0+n-1`` of a run whose size ``b`` is
+    below ``min(bmax, demand_i)``, where ``demand_i = demand - i * prefill``."""
+    if b >= bmax or demand <= b:
+        return 0
+    if prefill == 0:
+        return n
+    limit = -(-(demand - b) // prefill)  # first i with demand_i <= b
+    return max(0, min(i0 + n, limit) - i0)
+
+
+#: The percentiles every distribution is summarised by (SPEC 5).
+QUANTILES = (50, 90, 99)
+
+
+def percentiles(values: Sequence[float]) -> Tuple[Optional[float], ...]:
+    """p50, p90 and p99 of ``values`` (``None`` each when there are none)."""
+    if not len(values):
+        return (None,) * len(QUANTILES)
+    return tuple(float(x) for x in np.percentile(np.asarray(values, dtype=float), QUANTILES))
+
+
+def named_percentiles(name: str, values: Sequence[float]) -> Dict[str, Optional[float]]:
+    """``{name}_p50``, ``{name}_p90`` and ``{name}_p99`` of ``values``."""
+    return dict(zip((f"{name}_p{q}" for q in QUANTILES), percentiles(values)))

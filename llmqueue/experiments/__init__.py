@@ -1,0 +1,21 @@
+"""The reference experiments (SPEC section 6), by name: each module declares
+one :class:`~llmqueue.experiments.base.Experiment` and registers it.  The top
+layer below the CLI and the plots; ``import llmqueue`` does not load it."""
+
+from llmqueue.experiments.base import REGISTRY, Param, Scenario, register
+# Importing an experiment registers it; this order is the order of `llmqueue list`.
+from llmqueue.experiments import point_c  # noqa: F401
+from llmqueue.experiments import single  # noqa: F401
+from llmqueue.experiments import trace  # noqa: F401
+from llmqueue.experiments import azure  # noqa: F401
+from llmqueue.experiments import blowup  # noqa: F401
+from llmqueue.experiments import kmax_region  # noqa: F401
+from llmqueue.experiments import sarathi_demo  # noqa: F401
+from llmqueue.experiments import theorem2  # noqa: F401
+from llmqueue.experiments import vertex_c  # noqa: F401
+from llmqueue.experiments import agents  # noqa: F401
+from llmqueue.experiments import disaggregated  # noqa: F401
+from llmqueue.experiments import parallel  # noqa: F401
+from llmqueue.experiments import rybko_stolyar  # noqa: F401
+
+__all__ = ["REGISTRY", "Param", "Scenario", "register"]

@@ -1,0 +1,164 @@
+"""Prefill and decode on separate engine pools (the DistServe idea).
+
+Disaggregated: a request's prefill and its first token run on a *prefill*
+engine; its KV cache then travels to a *decode* engine (a fixed transfer
+delay), which produces the remaining ``vd - 1`` tokens with no prompt to
+prefill.  Colocated: the same number of GPUs, each doing both, behind JSQ by
+tokens.  Both get the same jobs (Poisson times, geometric sizes, one seed).
+
+Decode-only batches are small and fast on the staircase, so disaggregation
+cuts the time per output token; the prefill pool, with fewer GPUs than the
+whole fleet, is the first to saturate, which bounds the load the split holds.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Generator, List, Optional, Tuple
+
+import simpy
+
+from llmqueue.theory import capacity as theory
+from llmqueue.engine.recorder import named_percentiles
+from llmqueue.common.units import to_seconds
+from llmqueue.network.network import Network
+from llmqueue.engine.simulate import Result
+from llmqueue.models.sizes import Geometric
+from llmqueue.network.workflows import JobContext, JobRecord, start_jobs
+from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
+
+GPUS = 4
+PREFILL_GPUS = 3
+TRANSFER = 0.01          # seconds to move a request's KV cache
+LOAD = 0.6               # fraction of the colocated lambda*
+PREFILL = 1000           # mean prefill tokens
+DECODE = 100             # mean decode tokens
+BMAX = 512
+HORIZON = 600.0
+
+
+def sizes(ctx: JobContext, params: Dict[str, object]) -> Tuple[int, int]:
+    """A request's (prefill, decode) tokens: geometric with the given means."""
+    return Geometric(params["vp"]).draw(ctx.rng), Geometric(params["vd"]).draw(ctx.rng)
+
+
+def colocated(params: Dict[str, object]):
+    """The whole request on one engine of the colocated pool."""
+    def job(ctx: JobContext) -> Generator[simpy.Event, object, None]:
+        vp, vd = sizes(ctx, params)
+        yield ctx.call("colocated", vp, vd)
+    return job
+
+
+def disaggregated(params: Dict[str, object]):
+    """Prefill and first token on the prefill pool, transfer, the rest on the decode pool."""
+    def job(ctx: JobContext) -> Generator[simpy.Event, object, None]:
+        vp, vd = sizes(ctx, params)
+        yield ctx.call("prefill", vp, 1)
+        if vd > 1:
+            yield ctx.delay(params["transfer"])
+            yield ctx.call("decode", 0, vd - 1)
+    return job
+
+
+def request_figures(jobs: List[JobRecord]) -> Dict[str, object]:
+    """TTFT and TPOT of whole requests from their calls (seconds): TTFT from
+    arrival to the first output token, TPOT over the remaining tokens
+    (transfer included)."""
+    ttft, tpot, e2e = [], [], []
+    for job in jobs:
+        first = job.calls[0].resident
+        if first is None:
+            continue
+        ttft.append(to_seconds(first.first_token - job.start))
+        if job.end is not None:
+            e2e.append(to_seconds(job.end - job.start))
+            last = job.calls[-1].resident
+            vd = first.vd - 1 + (last.vd if len(job.calls) > 1 else 1)
+            if vd > 1:
+                tpot.append(to_seconds(job.end - first.first_token) / (vd - 1))
+    out: Dict[str, object] = {"requests": len(jobs), "requests_completed": len(e2e)}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        out.update(named_percentiles(name, values))
+    return out
+
+
+def load_limit(params: Dict[str, object], mode: str) -> float:
+    """The highest load (fraction of the colocated lambda*) the mode holds when
+    each pool's token rate must stay below its capacity (SPEC 6.2 per pool):
+    colocated 1; disaggregated, the tighter of the prefill pool (``vp + 1``
+    tokens per request) and the decode pool (``vd - 1`` tokens per request)."""
+    if mode == "colocated":
+        return 1.0
+    gpus, prefill_gpus = params["gpus"], params["prefill_gpus"]
+    tokens = params["vp"] + params["vd"]
+    return min(prefill_gpus / gpus * tokens / (params["vp"] + 1),
+               (gpus - prefill_gpus) / gpus * tokens / (params["vd"] - 1))
+
+
+def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: int
+                  ) -> List[Tuple[str, Result]]:
+    """One mode's rows: each pool, then ``total`` with whole-request figures."""
+    kw = engine_kwargs(params)
+    engine = dict(policy=kw["policy"], bmax=kw["bmax"], kmax=kw["kmax"],
+                  chunked=kw["chunked"], latency=kw["latency"])
+    gpus, prefill_gpus = params["gpus"], params["prefill_gpus"]
+    if not 1 <= prefill_gpus < gpus:
+        raise ValueError(f"prefill_gpus must be an integer in 1..gpus-1={gpus - 1}, "
+                         f"got {prefill_gpus!r}")
+    net = Network(seed=seed)
+    if mode == "colocated":
+        net.add_replicas("colocated", gpus, **engine)
+        pools = ["colocated"]
+        workflow = colocated(params)
+    else:
+        net.add_replicas("prefill", prefill_gpus, **engine)
+        net.add_replicas("decode", gpus - prefill_gpus, **engine)
+        pools = ["prefill", "decode"]
+        workflow = disaggregated(params)
+    rate = params["load"] * gpus * theory.lambda_star(kw["bmax"], params["vp"], params["vd"],
+                                                      kw["latency"])
+    jobs = start_jobs(net, workflow, rate, seed=seed)
+    result = net.run(horizon)
+    rows = [(f"{mode}/{pool}", net.combine([pool])) for pool in pools] if mode != "colocated" \
+        else []
+    total = result.total
+    total.summary.update(request_figures(jobs))
+    total.summary["arrival_rate"] = rate
+    total.summary["load_limit"] = load_limit(params, mode)
+    rows.append((f"{mode}/total", total))
+    return rows
+
+
+def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+        **logs: bool) -> Rows:
+    """Colocated then disaggregated rows at the same load on the same GPUs."""
+    if params["bmax"] is None:
+        raise ValueError("bmax must be an integer >= 1 here (lambda* needs a budget), got None")
+    if not params["load"] > 0:
+        raise ValueError(f"load must be a number > 0, got {params['load']!r}")
+    if params["vp"] < 1 or params["vd"] < 2:
+        raise ValueError(f"vp must be >= 1 and vd >= 2 (a decode hop needs a token left); "
+                         f"got vp={params['vp']!r}, vd={params['vd']!r}")
+    if params["transfer"] < 0:
+        raise ValueError(f"transfer must be a number >= 0, got {params['transfer']!r}")
+    rows: Rows = []
+    for mode in ("colocated", "disaggregated"):
+        rows.extend(simulate_mode(params, mode, horizon or HORIZON, seed or 0))
+    return rows
+
+
+SCENARIO = register(Scenario(
+    name="disaggregated",
+    summary="prefill and decode on separate pools against the same GPUs colocated",
+    params={**engine_params(bmax=BMAX, kmax=None),
+            "gpus": Param("int", GPUS, "engines in all, in both modes"),
+            "prefill_gpus": Param("int", PREFILL_GPUS, "of them, prefill engines (disaggregated)"),
+            "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)"),
+            "load": Param("float", LOAD, "arrival rate as a fraction of the colocated lambda*"),
+            "vp": Param("int", PREFILL, "mean prefill tokens (geometric)"),
+            "vd": Param("int", DECODE, "mean decode tokens (geometric)")},
+    run=run,
+    extra={"network": True},
+    horizon=HORIZON,
+    seeded=True,
+))

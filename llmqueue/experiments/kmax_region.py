@@ -1,0 +1,93 @@
+"""The batch-size limit (SPEC 6.5, Theorem 10): where each scheduler holds.
+
+With at most ``kmax`` requests per batch the sustainable load is a region in
+the plane of prefill and decode token rates.  ``kmax-point`` runs one engine at
+given rates ``(lambda_p, lambda_d)``: renewal arrivals every ``gap`` seconds of
+requests sized ``lambda_p * gap`` + ``lambda_d * gap`` tokens (rounded), so it
+can be swept.  ``kmax-region`` sweeps a grid of such points for Sarathi at
+bmax 128 and 1024 and for step-fill at 1024, and draws the measured verdicts
+over the region's polygons.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from llmqueue.engine.simulate import Result, simulate
+from llmqueue.models.workload import renewal
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.experiments import point_c
+
+KMAX = 100
+HORIZON = 3000.0
+#: The runs of the region figure: (scheduler, bmax).
+PANELS: List[Tuple[str, int]] = [("sarathi", 128), ("sarathi", 1024), ("step-fill", 1024)]
+#: Grid of the region figure, tokens per second.
+LAMBDA_P = (200, 700, 1200, 1700, 2200, 2700, 3200)
+LAMBDA_D = (100, 500, 900, 1300, 1700, 2100)
+
+
+def sizes(lambda_p: float, lambda_d: float, gap: float) -> Tuple[int, int]:
+    """Request sizes that give these token rates at one arrival per ``gap``."""
+    if lambda_p < 0 or lambda_d <= 0:
+        raise ValueError(f"lambda_p must be >= 0 and lambda_d > 0 tokens/s; got "
+                         f"{lambda_p} and {lambda_d}")
+    return round(lambda_p * gap), max(1, round(lambda_d * gap))
+
+
+def run_point(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+              **logs: bool) -> Rows:
+    """One run at the rates ``(lambda_p, lambda_d)``."""
+    vp, vd = sizes(params["lambda_p"], params["lambda_d"], params["gap"])
+    result = simulate(renewal(params["gap"], vp, vd), horizon=horizon or HORIZON,
+                      **engine_kwargs(params), **logs)
+    return [(f"{params['scheduler']}-{params['bmax']}", result)]
+
+
+POINT = register(Scenario(
+    name="kmax-point",
+    summary="one engine at prefill/decode token rates (lambda_p, lambda_d); sweep it",
+    params={**engine_params(kmax=KMAX),
+            "lambda_p": Param("float", 290 / point_c.GAP, "prefill tokens per second"),
+            "lambda_d": Param("float", 990 / point_c.GAP, "decode tokens per second"),
+            "gap": Param("float", point_c.GAP, "seconds between arrivals")},
+    run=run_point,
+    horizon=HORIZON,
+))
+
+
+def run_region(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+               **logs: bool) -> Rows:
+    """Every grid point for every panel, on the sweep machinery; draws the figure."""
+    from llmqueue.sweeps.runner import sweep
+    rows: Rows = []
+    for scheduler, bmax in PANELS:
+        runs = sweep(POINT, {"lambda_p": list(LAMBDA_P), "lambda_d": list(LAMBDA_D)},
+                     schedulers=[scheduler],
+                     fixed={"bmax": bmax, "kmax": params["kmax"], "gap": params["gap"]},
+                     horizon=horizon or HORIZON, progress=False)
+        for run in runs:
+            label = f"{scheduler}-{bmax} ({run['lambda_p']:g}, {run['lambda_d']:g})"
+            rows.append((label, Result(dict(run))))
+    if params["figure"]:
+        from llmqueue.plotting.region import plot_region
+        plot_region(rows, str(params["figure"]), params["kmax"])
+    return rows
+
+
+REGION = register(Scenario(
+    name="kmax-region",
+    summary="SPEC 6.5: Theorem 10's region at bmax 128 and 1024 (kmax 100) with "
+            "simulated verdicts",
+    params={"kmax": Param("int-or-none", KMAX, ENGINE_PARAMS["kmax"].help),
+            "gap": Param("float", point_c.GAP, "seconds between arrivals"),
+            "figure": Param("str", "", "also draw the region figure to this PNG")},
+    run=run_region,
+    horizon=HORIZON,
+    extra={"columns": [("lambda_p", "prefill tok/s", "{:g}"),
+                       ("lambda_d", "decode tok/s", "{:g}"),
+                       ("verdict", "verdict", "{}"), ("backlog_slope", "slope", "{:.1f}"),
+                       ("pending_mean", "pending mean", "{:.1f}")]},
+))

@@ -1,0 +1,97 @@
+"""K identical engines behind a router (SPEC 6.3, Prop. 3).
+
+Poisson arrivals at a fraction ``load`` of the K-engine capacity
+``lambda* = K * (bmax / t_bmax) / (m_p + m_d)``, ``bmax = 512`` and no kmax (as
+in SPEC 6.2's check case).  Sizes are geometric (the discrete exponential) with
+means 1000 prefill + 100 decode tokens by default, or fixed (``sizes=fixed``):
+with fixed sizes round-robin is as good as any router, with variable ones only
+the state-aware routers are.
+Join-the-shortest-queue by unprocessed tokens keeps every engine busy whenever
+any has work; random routing leaves some idle while others queue.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from llmqueue.theory import capacity as theory
+from llmqueue.common import validation
+from llmqueue.network.network import Network, NetworkResult
+from llmqueue.network.classes import RequestClass, class_stream
+from llmqueue.network.routers import router_names
+from llmqueue.models.sizes import Geometric
+from llmqueue.models.workload import Workload, poisson
+from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
+
+ENGINES = 4
+LOAD = 0.95
+PREFILL = 1000
+DECODE = 100
+BMAX = 512
+HORIZON = 600.0
+
+
+def arrival_rate(params: Dict[str, object]) -> float:
+    """Requests per second: ``load`` times the K-engine ``lambda*``."""
+    latency = engine_kwargs(params)["latency"]
+    if params["bmax"] is None:
+        raise ValueError("bmax must be an integer >= 1 here (lambda* needs a budget), got None")
+    engines = validation.positive_int("engines", params["engines"])
+    return params["load"] * engines * theory.lambda_star(params["bmax"], params["vp"],
+                                                         params["vd"], latency)
+
+
+def workload(params: Dict[str, object], seed: int) -> Workload:
+    """Poisson arrivals at :func:`arrival_rate`, sizes fixed or geometric."""
+    rate = arrival_rate(params)
+    if params["sizes"] == "fixed":
+        return poisson(rate, params["vp"], params["vd"], seed=seed)
+    return class_stream([RequestClass("request", rate, Geometric(params["vp"]),
+                                      Geometric(params["vd"]))], seed=seed)
+
+
+def simulate_router(params: Dict[str, object], router: str, horizon: float, seed: int,
+                    batches: bool = False) -> NetworkResult:
+    """One run of ``engines`` replicas behind ``router``."""
+    kw = engine_kwargs(params)
+    net = Network(seed=seed, batches=batches)
+    net.add_replicas("engine", params["engines"], router, policy=kw["policy"],
+                     bmax=kw["bmax"], kmax=kw["kmax"], chunked=kw["chunked"],
+                     latency=kw["latency"])
+    net.feed("engine", workload(params, seed))
+    return net.run(horizon)
+
+
+def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+        **logs: bool) -> Rows:
+    """One router: a row per engine and a ``total`` row.  ``router=all``: the
+    ``total`` row of each router, labelled by the router."""
+    if params["load"] <= 0:
+        raise ValueError(f"load must be a number > 0, got {params['load']!r}")
+    routers = router_names() if params["router"] == "all" else [params["router"]]
+    rows: Rows = []
+    for router in routers:
+        result = simulate_router(params, router, horizon or HORIZON, seed or 0,
+                                 logs.get("batches", False))
+        for _, r in result.rows():
+            r.summary["router"] = router
+        rows.extend(result.rows() if len(routers) == 1 else [(router, result.total)])
+    return rows
+
+
+SCENARIO = register(Scenario(
+    name="parallel",
+    summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
+    params={**engine_params(bmax=BMAX, kmax=None),
+            "engines": Param("int", ENGINES, "number of identical engines K"),
+            "router": Param("str", "jsq-tokens", "router (all: one total row per router)",
+                            tuple(router_names()) + ("all",)),
+            "load": Param("float", LOAD, "arrival rate as a fraction of the K-engine lambda*"),
+            "sizes": Param("str", "geometric", "size law", ("geometric", "fixed")),
+            "vp": Param("int", PREFILL, "prefill tokens per request (mean)"),
+            "vd": Param("int", DECODE, "decode tokens per request (mean)")},
+    run=run,
+    extra={"network": True},
+    horizon=HORIZON,
+    seeded=True,
+))

@@ -1,0 +1,109 @@
+"""The Rybko-Stolyar network of LLM engines (SPEC 6.4, the paper's section 5.4).
+
+Two engines, both Sarathi with ``bmax = 768`` and a constant batch time of one
+time unit (here one second).  Jobs of type A make a short hop at engine 1
+(Poisson(32) prefill, Poisson(32) decode) and then a long hop at engine 2
+(Poisson(512) prefill, Poisson(32) decode); type B makes the mirror route.
+Each type arrives as Poisson at ``0.9 * 768 / 608`` per unit time, so each
+engine is offered 90% of its 768 tokens per unit.  Each engine ranks the two
+classes it serves: ``exiting`` favours the class that leaves the network
+through it (unstable: the backlog grows in waves), ``entering`` the class that
+enters there (stable).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Generator, List, Optional, Tuple
+
+import simpy
+
+from llmqueue.models.latency import Constant
+from llmqueue.network.network import Network, NetworkResult
+from llmqueue.policies.builtin import ClassPriority, Sarathi
+from llmqueue.models.sizes import PoissonSize, SizeLaw, decode_sizes
+from llmqueue.network.workflows import JobContext, job_summary, start_jobs
+from llmqueue.experiments.base import Param, Rows, Scenario, register
+
+BMAX = 768
+SHORT = (PoissonSize(32), PoissonSize(32))               # prefill, decode of a short hop
+LONG = (PoissonSize(512), PoissonSize(32))               # prefill, decode of a long hop
+HOP_TOKENS = 32 + 32 + 512 + 32                          # 608 mean tokens per job
+LOAD = 0.9
+RATE = LOAD * BMAX / HOP_TOKENS                          # jobs of each type per unit time
+HORIZON = 12000.0
+#: route of each job type: (first engine, second engine)
+ROUTES: Dict[str, Tuple[str, str]] = {"A": ("engine-1", "engine-2"),
+                                      "B": ("engine-2", "engine-1")}
+
+
+def ranking(priority: str, engine: str) -> List[str]:
+    """Classes in priority order at ``engine``: ``exiting`` puts first the type
+    whose last hop is here, ``entering`` the type whose first hop is here."""
+    entering = [t for t, route in ROUTES.items() if route[0] == engine]
+    exiting = [t for t, route in ROUTES.items() if route[1] == engine]
+    return exiting + entering if priority == "exiting" else entering + exiting
+
+
+def hop(ctx: JobContext, engine: str, laws: Tuple[SizeLaw, SizeLaw]) -> simpy.Event:
+    """A call at ``engine`` with prefill and decode sizes drawn from ``laws``
+    (a decode draw of 0 gives 1)."""
+    prefill, decode = laws
+    return ctx.call(engine, prefill.draw(ctx.rng), int(decode_sizes(decode, ctx.rng, 1)[0]))
+
+
+def route(ctx: JobContext) -> Generator[simpy.Event, object, None]:
+    """A job: the short hop at its first engine, then the long hop at its second."""
+    first, second = ROUTES[ctx.klass]
+    yield hop(ctx, first, SHORT)
+    yield hop(ctx, second, LONG)
+
+
+def build(priority: str, load: float = LOAD, seed: int = 0, batches: bool = False
+          ) -> Tuple[Network, Dict[str, list]]:
+    """The two engines with the given priority and both job sources."""
+    if priority not in ("exiting", "entering"):
+        raise ValueError(f"priority must be one of exiting, entering; got {priority!r}")
+    net = Network(seed=seed, batches=batches)
+    for name in ("engine-1", "engine-2"):
+        net.add_engine(name, ClassPriority(Sarathi(), ranking(priority, name)), bmax=BMAX,
+                       kmax=None, latency=Constant(1.0))
+    rate = load * BMAX / HOP_TOKENS
+    jobs = {t: start_jobs(net, route, rate, klass=t, seed=seed * 2 + i)
+            for i, t in enumerate(ROUTES)}
+    return net, jobs
+
+
+def simulate_priority(priority: str, horizon: float = HORIZON, load: float = LOAD,
+                      seed: int = 0, batches: bool = False) -> Tuple[NetworkResult, Dict]:
+    """Run one priority rule; the network's results and the job records."""
+    net, jobs = build(priority, load, seed, batches)
+    result = net.run(horizon)
+    return result, jobs
+
+
+def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+        **logs: bool) -> Rows:
+    """Per-engine and total rows for each priority asked for; the total row
+    carries the job figures of :func:`~llmqueue.workflows.job_summary`."""
+    priorities = ["exiting", "entering"] if params["priority"] == "both" else [params["priority"]]
+    rows: Rows = []
+    for priority in priorities:
+        result, jobs = simulate_priority(priority, horizon or HORIZON, params["load"],
+                                         seed or 0, logs.get("batches", False))
+        result.total.summary.update(job_summary(jobs["A"] + jobs["B"]))
+        result.total.summary["classes"] = {str(k): v for k, v in result.by_class().items()}
+        rows.extend(result.rows(prefix=f"{priority}/"))
+    return rows
+
+
+SCENARIO = register(Scenario(
+    name="rybko-stolyar",
+    summary="SPEC 6.4: two engines, cyclic routes; exiting-class priority is unstable",
+    params={"priority": Param("str", "both", "which class each engine favours",
+                              ("exiting", "entering", "both")),
+            "load": Param("float", LOAD, "offered load of each engine (fraction of 768/unit)")},
+    run=run,
+    extra={"network": True},
+    horizon=HORIZON,
+    seeded=True,
+))

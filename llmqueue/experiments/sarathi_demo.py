@@ -1,0 +1,174 @@
+"""Chunked prefill against whole prefills (SPEC 6.6, after Sarathi-Serve).
+
+300 requests arrive as a seeded Poisson stream at 8 per second; 20% bring a
+long prompt (uniform in [1500, 2500) tokens), the rest a short one (uniform in
+[50, 200)), and every output is uniform in [100, 200) tokens.  At most 16 are
+resident and there is no token budget.  Batches are priced by SPEC 4's step
+model ``5 ms + 0.8 ms * d + 0.02 ms * p + 0.3 ms * p**0.6``.
+
+* ``whole-prefill``: one resident's whole remaining prompt runs alone while any
+  prompt is left (decodes wait), else every resident decodes;
+* ``chunked``: ``sarathi`` with up to ``chunk`` prefill tokens per iteration and
+  one decode token for every resident already decoding (they ride along).
+
+The run reports throughput (output tokens / makespan), TTFT and TPOT p50/p99
+and checks SPEC 6.6's four expectations.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+from llmqueue.common import validation
+from llmqueue.models.arrivals import Poisson
+from llmqueue.models.latency import StepModel
+from llmqueue.policies.builtin import Sarathi, WholePrefill
+from llmqueue.engine.simulate import Result, simulate
+from llmqueue.models.sizes import Mixture, UniformInt
+from llmqueue.models.workload import Workload, compose
+from llmqueue.experiments.base import Param, Rows, Scenario, register
+
+KMAX = 16
+COUNT = 300
+RATE = 8.0                      # requests per second
+LONG_FRACTION = 0.2
+LONG_PROMPT = (1500, 2500)      # tokens, [low, high)
+SHORT_PROMPT = (50, 200)
+OUTPUT = (100, 200)
+CHUNK = 1024                    # prefill tokens per iteration, chunked side
+SWEEP = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+SEED = 0
+
+#: SPEC 6.6's expectations, as (name, test on chunked / whole-prefill figures).
+TPOT_GAIN = 0.05                # TPOT p99 lower by more than 5% with chunking
+TTFT_LIMIT = 1.4                # TTFT p99 at most 1.4x the baseline
+THROUGHPUT_FLOOR = 0.85         # throughput at least 0.85x the baseline
+
+
+class Check(NamedTuple):
+    """One expectation: its statement, whether it held, and the figures."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+def workload(rate: float = RATE, count: int = COUNT, long_fraction: float = LONG_FRACTION,
+             seed: int = SEED) -> Workload:
+    """The SPEC 6.6 request stream."""
+    validation.fraction("long_fraction", long_fraction)
+    parts = [(w, law) for w, law in ((1.0 - long_fraction, UniformInt(*SHORT_PROMPT)),
+                                     (long_fraction, UniformInt(*LONG_PROMPT))) if w > 0]
+    return compose(Poisson(rate), Mixture(parts), UniformInt(*OUTPUT), count=count, seed=seed)
+
+
+def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: bool) -> Result:
+    """Run ``stream`` to the end under the step model with no token budget, and
+    add ``output_tokens_per_s`` (output tokens / makespan) to the summary."""
+    result = simulate(stream, policy, bmax=None, kmax=kmax, latency=StepModel(), **logs)
+    output = sum(a.decode for a in stream)
+    result.summary["output_tokens_per_s"] = output / result.summary["duration"]
+    return result
+
+
+def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+        **logs: bool) -> Rows:
+    """Rows ``whole-prefill`` and ``chunked`` on the same requests."""
+    if horizon is not None:
+        raise ValueError(f"--horizon is not used by sarathi-demo (it runs its requests until "
+                         f"all finish), got {horizon}; set the number with --set count=N")
+    requests = workload(params["rate"], params["count"], params["long_fraction"],
+                        SEED if seed is None else seed)
+    return [("whole-prefill", serve(requests, WholePrefill(), params["kmax"], **logs)),
+            ("chunked", serve(requests, Sarathi(chunk=params["chunk"]), params["kmax"], **logs))]
+
+
+def checks(rows: Rows) -> List[Check]:
+    """SPEC 6.6's four expectations, chunked against whole-prefill."""
+    found = {label: result.summary for label, result in rows}
+    whole, chunked = found["whole-prefill"], found["chunked"]
+    tpot = chunked["tpot_p99"] / whole["tpot_p99"]
+    ttft = chunked["ttft_p99"] / whole["ttft_p99"]
+    thr = chunked["output_tokens_per_s"] / whole["output_tokens_per_s"]
+    done = [(s["completed"], s["arrivals"]) for s in (whole, chunked)]
+    return [
+        Check(f"TPOT p99 lower with chunking by more than {TPOT_GAIN:.0%}", tpot < 1 - TPOT_GAIN,
+              f"{chunked['tpot_p99'] * 1e3:.2f} ms vs {whole['tpot_p99'] * 1e3:.2f} ms "
+              f"({tpot - 1:+.1%})"),
+        Check(f"TTFT p99 at most {TTFT_LIMIT}x the baseline", ttft <= TTFT_LIMIT,
+              f"{chunked['ttft_p99']:.2f} s vs {whole['ttft_p99']:.2f} s ({ttft:.2f}x)"),
+        Check(f"throughput at least {THROUGHPUT_FLOOR}x the baseline", thr >= THROUGHPUT_FLOOR,
+              f"{chunked['output_tokens_per_s']:.0f} vs {whole['output_tokens_per_s']:.0f} "
+              f"output tokens/s ({thr:.3f}x)"),
+        Check("every request finishes", all(c == a for c, a in done),
+              ", ".join(f"{c}/{a}" for c, a in done)),
+    ]
+
+
+def sweep(chunks: Sequence[int] = SWEEP, seeds: Sequence[int] = (SEED,),
+          **workload_args: object) -> Dict[str, List[List[float]]]:
+    """TTFT p99 and TPOT p99 (seconds) for each chunk size and seed, and the
+    whole-prefill baseline per seed: ``{"ttft": [[...per seed] per chunk],
+    "tpot": ..., "whole_ttft": [...per seed], "whole_tpot": ...}``."""
+    out: Dict[str, List] = {"ttft": [], "tpot": [], "whole_ttft": [], "whole_tpot": []}
+    streams = [workload(seed=s, **workload_args) for s in seeds]
+    for requests in streams:
+        base = serve(requests, WholePrefill()).summary
+        out["whole_ttft"].append(base["ttft_p99"])
+        out["whole_tpot"].append(base["tpot_p99"])
+    for chunk in chunks:
+        figures = [serve(requests, Sarathi(chunk=chunk)).summary for requests in streams]
+        out["ttft"].append([s["ttft_p99"] for s in figures])
+        out["tpot"].append([s["tpot_p99"] for s in figures])
+    return out
+
+
+#: The demo's table: SPEC 6.6's figures.
+COLUMNS = [("output_tokens_per_s", "output tok/s", "{:.0f}"),
+           ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p99", "TTFT p99 s", "{:.2f}"),
+           ("tpot_p50", "TPOT p50 s", "{:.4f}"), ("tpot_p99", "TPOT p99 s", "{:.4f}"),
+           ("completed", "done", "{:d}")]
+
+
+SCENARIO = register(Scenario(
+    name="sarathi-demo",
+    summary="SPEC 6.6: chunked prefill (sarathi, chunk) against whole prefills, step model",
+    params={"chunk": Param("int", CHUNK, "prefill tokens per iteration on the chunked side"),
+            "kmax": Param("int-or-none", KMAX, "most resident requests (none: unlimited)"),
+            "count": Param("int", COUNT, "requests"),
+            "rate": Param("float", RATE, "Poisson arrivals per second"),
+            "long_fraction": Param("float", LONG_FRACTION, "share of long prompts")},
+    run=run,
+    seeded=True,
+    extra={"checks": checks, "columns": COLUMNS},
+))
+
+
+def plot_sweep(figures: Dict[str, List], chunks: Sequence[int], path: str) -> None:
+    """TTFT p99 and TPOT p99 against chunk size, each the mean over the seeds of
+    ``figures`` (paired: every chunk size and the baseline see the same requests),
+    with the whole-prefill baseline dashed."""
+    import numpy as np
+
+    from llmqueue.plotting.pending import plt, save
+
+    seeds = len(figures["whole_ttft"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    panels = [("ttft", "TTFT p99 (s)", 1.0), ("tpot", "TPOT p99 (ms)", 1e3)]
+    for ax, (key, ylabel, scale) in zip(axes, panels):
+        values = np.array(figures[key]).mean(axis=1) * scale
+        base = float(np.mean(figures[f"whole_{key}"])) * scale
+        ax.plot(chunks, values, "o-", color="C0", label="chunked (sarathi, chunk = x)")
+        ax.axhline(base, color="C3", linestyle="--", label="whole prefill (baseline)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(chunks))
+        ax.set_xticklabels([str(c) for c in chunks], rotation=45)
+        ax.set_xlabel("chunk (prefill tokens per iteration)")
+        ax.set_ylabel(f"{ylabel}, mean over {seeds} seeds")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=9)
+    axes[0].set_title("Time to first token, p99")
+    axes[1].set_title("Time per output token, p99")
+    fig.suptitle(f"SPEC 6.6: {COUNT} Poisson requests at {RATE:g}/s, kmax = {KMAX}, "
+                 f"step model, no token budget ({seeds} seeds, same requests per seed)")
+    save(fig, path)

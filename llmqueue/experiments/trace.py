@@ -1,0 +1,29 @@
+"""Replay a CSV of requests (``arrival,prefill,decode``) on one engine until
+every request has finished (or until ``--horizon``)."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from llmqueue.engine.simulate import simulate
+from llmqueue.models.traces import read_csv
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+
+
+def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
+        **logs: bool) -> Rows:
+    """One row labelled by its scheduler."""
+    if not params["path"]:
+        raise ValueError("path must name a CSV file (arrival,prefill,decode); "
+                         "give it with --set path=FILE")
+    result = simulate(read_csv(str(params["path"])), horizon=horizon,
+                      **engine_kwargs(params), **logs)
+    return [(str(params["scheduler"]), result)]
+
+
+SCENARIO = register(Scenario(
+    name="trace",
+    summary="replay a CSV of requests (arrival,prefill,decode) until all finish",
+    params={**ENGINE_PARAMS, "path": Param("str", "", "the CSV file to replay")},
+    run=run,
+))

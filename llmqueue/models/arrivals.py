@@ -1,0 +1,125 @@
+"""Arrival laws: when requests arrive (seconds).
+
+An arrival law yields increasing times from a seeded generator with
+``times(rng)``.  ``rate`` is its mean arrival rate (per second) and ``count``
+the number of times it can give (``None``: endless).
+
+* :class:`Renewal` ``(gap)``: ``gap, 2*gap, 3*gap, ...`` (SPEC 2: the first one
+  after one gap, not at 0);
+* :class:`Poisson` ``(rate)``: exponential gaps of mean ``1/rate``;
+* :class:`Gamma` ``(rate, cv)``: gamma gaps of mean ``1/rate`` and coefficient
+  of variation ``cv`` (shape ``1/cv**2``); ``cv > 1`` is burstier than
+  Poisson, ``cv < 1`` more regular, ``cv = 1`` is Poisson;
+* :class:`TraceTimes` ``(times, rate=None)``: the times of a trace, optionally
+  rescaled (every time multiplied by one factor) so that the mean rate becomes
+  ``rate``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from llmqueue.common import validation
+
+BLOCK = 4096  # gaps drawn per call to the generator
+
+
+class ArrivalLaw:
+    """Base class: a law of arrival times."""
+
+    rate: float
+    count: Optional[int] = None
+
+    def times(self, rng: np.random.Generator) -> Iterator[float]:
+        """Arrival times in seconds, in increasing order."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+def _cumulate(gaps: Callable[[int], np.ndarray]) -> Iterator[float]:
+    """Running sums of blocks of gaps."""
+    t = 0.0
+    while True:
+        block = np.cumsum(gaps(BLOCK)) + t
+        t = float(block[-1])
+        yield from block.tolist()
+
+
+class Renewal(ArrivalLaw):
+    """Arrivals at ``gap, 2*gap, 3*gap, ...``."""
+
+    def __init__(self, gap: float) -> None:
+        self.gap = validation.positive_number("gap", gap)
+        self.rate = 1.0 / self.gap
+
+    def times(self, rng: np.random.Generator) -> Iterator[float]:
+        """``k * gap`` for k = 1, 2, ... (exact multiples, no accumulated error)."""
+        return (k * self.gap for k in itertools.count(1))
+
+
+class Poisson(ArrivalLaw):
+    """Exponential gaps of mean ``1 / rate``."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = validation.positive_number("rate", rate)
+
+    def times(self, rng: np.random.Generator) -> Iterator[float]:
+        """Running sums of exponential gaps."""
+        return _cumulate(lambda n: rng.exponential(1.0 / self.rate, n))
+
+
+class Gamma(ArrivalLaw):
+    """Gamma gaps of mean ``1 / rate`` and coefficient of variation ``cv``."""
+
+    def __init__(self, rate: float, cv: float) -> None:
+        self.rate = validation.positive_number("rate", rate)
+        self.cv = validation.positive_number("cv", cv)
+        self._shape = 1.0 / (self.cv * self.cv)
+        self._scale = 1.0 / (self.rate * self._shape)
+
+    def times(self, rng: np.random.Generator) -> Iterator[float]:
+        """Running sums of gamma gaps."""
+        return _cumulate(lambda n: rng.gamma(self._shape, self._scale, n))
+
+
+class TraceTimes(ArrivalLaw):
+    """The arrival times of a trace, optionally rescaled to a mean ``rate``.
+
+    The observed rate is ``(n - 1) / (last - first)``: arrivals per second over
+    the span the trace covers.  Rescaling multiplies every time by
+    ``observed / rate``, which keeps the shape of the traffic (bursts, lulls)
+    and changes only its speed.
+    """
+
+    def __init__(self, times: Sequence[float], rate: Optional[float] = None) -> None:
+        data = np.asarray(times, dtype=float)
+        if data.ndim != 1 or data.size == 0:
+            raise ValueError("times must be a non-empty list of arrival times in seconds")
+        if not np.all(np.isfinite(data)) or data.min() < 0 or np.any(np.diff(data) < 0):
+            raise ValueError("times must be finite, >= 0 and non-decreasing")
+        span = float(data[-1] - data[0])
+        self.observed_rate = (data.size - 1) / span if span > 0 else None
+        self.count = int(data.size)
+        if rate is None:
+            self.rate = self.observed_rate if self.observed_rate is not None else float("inf")
+            self._times = data
+        else:
+            validation.positive_number("rate", rate)
+            if self.observed_rate is None:
+                raise ValueError(f"rate cannot rescale a trace whose {data.size} arrivals "
+                                 f"all fall at one instant; got rate={rate!r}")
+            self.rate = float(rate)
+            self._times = data * (self.observed_rate / self.rate)
+
+    def __repr__(self) -> str:
+        return f"TraceTimes({self.count} times, rate={self.rate:.4g}/s)"
+
+    def times(self, rng: np.random.Generator) -> Iterator[float]:
+        """The (rescaled) trace times; ``rng`` is not used."""
+        return iter(self._times.tolist())

@@ -1,0 +1,168 @@
+"""Batch-time models: how long one iteration takes (SPEC section 4).
+
+A model maps a batch summary (decode tokens, prefill tokens, requests in the
+batch) to seconds: :class:`Staircase` (the default), :class:`Constant`,
+:class:`StepModel` (SPEC 4's decode/prefill step model), :class:`Linear` and
+:class:`Interpolated` (a table of measurements).  :mod:`llmqueue.fit` fits a
+staircase or a linear model to measured samples.  Any object with a ``batch_time(decode, prefill, requests)``
+method plugs into the engine; models must be pure (same batch, same time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from llmqueue.common import validation
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """What the engine asks of a batch-time model."""
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds one iteration with this many tokens and requests lasts."""
+        ...
+
+
+@dataclass(frozen=True)
+class Staircase:
+    """``t_b = c + a * ceil(b / b0)`` for a batch of ``b`` tokens (Assumption 1).
+
+    The defaults are the paper's fit for CodeLlama-34B on one A100-80GB.
+    """
+
+    c: float = 0.01128
+    a: float = 0.03547
+    b0: int = 128
+
+    def __post_init__(self) -> None:
+        validation.nonnegative_number("c", self.c)
+        validation.positive_number("a", self.a)
+        validation.positive_int("b0", self.b0)
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds for a batch of ``decode + prefill`` tokens."""
+        return self.tokens_time(decode + prefill)
+
+    def tokens_time(self, tokens: int) -> float:
+        """Seconds for a batch of ``tokens`` tokens."""
+        return self.c + self.a * math.ceil(tokens / self.b0)
+
+
+@dataclass(frozen=True)
+class Constant:
+    """Every batch lasts the same time, whatever it holds."""
+
+    seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        validation.positive_number("seconds", self.seconds)
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds for any batch."""
+        return self.seconds
+
+
+def tokens_time(model: LatencyModel, tokens: int) -> float:
+    """Seconds for a batch of ``tokens`` tokens, used for capacity figures.
+
+    A full budget is priced as if it were all prefill in one request; models
+    whose time depends on the split should say so in their own ``tokens_time``.
+    """
+    own = getattr(model, "tokens_time", None)
+    if own is not None:
+        return own(tokens)
+    return model.batch_time(0, tokens, 1)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """SPEC section 4's step model of ``d`` decode and ``p`` prefill tokens:
+    ``t = base + per_decode * d + per_prefill * p + attention * p ** exponent``.
+
+    The defaults are SPEC's (5 ms + 0.8 ms * d + 0.02 ms * p + 0.3 ms * p**0.6);
+    the last, super-linear term stands for attention cost at long prompts.
+    """
+
+    base: float = 0.005
+    per_decode: float = 0.0008
+    per_prefill: float = 0.00002
+    attention: float = 0.0003
+    exponent: float = 0.6
+
+    def __post_init__(self) -> None:
+        validation.positive_number("base", self.base)
+        for name in ("per_decode", "per_prefill", "attention", "exponent"):
+            validation.nonnegative_number(name, getattr(self, name))
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds for a batch of ``decode`` decode and ``prefill`` prefill tokens."""
+        return (self.base + self.per_decode * decode + self.per_prefill * prefill
+                + (self.attention * prefill ** self.exponent if prefill else 0.0))
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``t_b = c + per_token * b`` for a batch of ``b`` tokens."""
+
+    c: float = 0.01128
+    per_token: float = 0.03547 / 128
+
+    def __post_init__(self) -> None:
+        validation.nonnegative_number("c", self.c)
+        validation.nonnegative_number("per_token", self.per_token)
+        if self.c + self.per_token <= 0:
+            raise ValueError(f"c and per_token must not both be 0 (a batch must take time); "
+                             f"got c={self.c!r}, per_token={self.per_token!r}")
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds for a batch of ``decode + prefill`` tokens."""
+        return self.tokens_time(decode + prefill)
+
+    def tokens_time(self, tokens: int) -> float:
+        """Seconds for a batch of ``tokens`` tokens."""
+        return self.c + self.per_token * tokens
+
+
+class Interpolated:
+    """Batch time interpolated linearly in a table of measured
+    ``(batch tokens, seconds)`` points.
+
+    Between points the time is the straight line joining them; beyond the
+    largest point it follows the last segment's slope (never below the last
+    time); below the smallest point it is the smallest point's time.
+    """
+
+    def __init__(self, tokens: Sequence[float], seconds: Sequence[float]) -> None:
+        x = np.asarray(tokens, dtype=float)
+        y = np.asarray(seconds, dtype=float)
+        if x.ndim != 1 or x.shape != y.shape or x.size < 2:
+            raise ValueError(f"tokens and seconds must be two lists of the same length >= 2; "
+                             f"got {x.size} and {y.size} values")
+        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y)) and np.all(y > 0)):
+            raise ValueError("seconds must be finite numbers > 0 and tokens finite numbers")
+        order = np.argsort(x, kind="stable")
+        x, y = x[order], y[order]
+        if np.any(np.diff(x) == 0):
+            raise ValueError("tokens must not repeat (average repeated measurements first); "
+                             f"got repeated values {sorted(set(x[1:][np.diff(x) == 0]))}")
+        self.tokens, self.seconds = x, y
+        self._slope = max((y[-1] - y[-2]) / (x[-1] - x[-2]), 0.0)
+
+    def __repr__(self) -> str:
+        return (f"Interpolated({self.tokens.size} points, {self.tokens[0]:g}.."
+                f"{self.tokens[-1]:g} tokens)")
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds for a batch of ``decode + prefill`` tokens."""
+        return self.tokens_time(decode + prefill)
+
+    def tokens_time(self, tokens: int) -> float:
+        """Seconds for a batch of ``tokens`` tokens."""
+        if tokens > self.tokens[-1]:
+            return float(self.seconds[-1] + self._slope * (tokens - self.tokens[-1]))
+        return float(np.interp(tokens, self.tokens, self.seconds))

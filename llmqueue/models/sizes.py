@@ -1,0 +1,229 @@
+"""Size laws: how many prefill or decode tokens a request brings.
+
+A size law draws whole token counts from a seeded :class:`numpy.random.Generator`
+with ``sample(rng, n)``; ``mean`` is the law's exact mean where it has a closed
+form (used by capacity figures and by the tests).  The laws:
+
+* :class:`Fixed` ``(value)``: always ``value``;
+* :class:`UniformInt` ``(low, high)``: uniform on the integers ``low .. high - 1``
+  (half-open, as SPEC 6.6 writes ``[1500, 2500)``);
+* :class:`PoissonSize` ``(mean)``: Poisson counts;
+* :class:`Geometric` ``(mean)``: geometric on ``1, 2, ...`` (the discrete
+  exponential, a high-variance law), ``mean >= 1``;
+* :class:`LogNormal` ``(mean, cv)``: a lognormal with mean ``mean`` and
+  coefficient of variation ``cv`` (standard deviation / mean), rounded to the
+  nearest integer.  With ``s2 = ln(1 + cv**2)`` the underlying normal has
+  ``sigma = sqrt(s2)`` and ``mu = ln(mean) - s2 / 2``;
+* :class:`Mixture` ``([(weight, law), ...])``: each draw picks a law with
+  probability proportional to its weight (e.g. 20% long prompts);
+* :class:`Empirical` ``(values)``: resampled uniformly, with replacement, from
+  observed counts (a trace column).
+
+``draw(rng)`` is one draw as a plain ``int`` (for job code that draws a size
+at a time).  A decode law that draws 0 gives 1 in a workload (a request has
+``vd >= 1``): :func:`decode_sizes` applies that rule, for
+:func:`llmqueue.workload.compose` and every other stream.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from llmqueue.common import validation
+
+
+class SizeLaw:
+    """Base class: a law of whole token counts."""
+
+    mean: float
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` independent draws as an int64 array."""
+        raise NotImplementedError
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """One draw as a plain ``int``."""
+        return int(self.sample(rng, 1)[0])
+
+    def zero_probability(self) -> Optional[float]:
+        """The probability of drawing 0 (``None`` where unknown)."""
+        return None
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class Fixed(SizeLaw):
+    """Always ``value`` tokens."""
+
+    def __init__(self, value: int) -> None:
+        self.value = validation.token_count("value", value)
+        self.mean = float(value)
+
+    def zero_probability(self) -> float:
+        """1 for a fixed size of 0, else 0."""
+        return float(self.value == 0)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` copies of ``value``."""
+        return np.full(n, self.value, dtype=np.int64)
+
+
+class UniformInt(SizeLaw):
+    """Uniform on the integers ``low, low + 1, ..., high - 1``."""
+
+    def __init__(self, low: int, high: int) -> None:
+        validation.nonnegative_int("low", low)
+        validation.positive_int("high", high)
+        if high <= low:
+            raise ValueError(f"high must be an integer > low={low} (the range is "
+                             f"[low, high)), got {high!r}")
+        self.low, self.high = low, high
+        self.mean = (low + high - 1) / 2
+
+    def zero_probability(self) -> float:
+        """``1 / (high - low)`` when 0 is in the range."""
+        return 1.0 / (self.high - self.low) if self.low == 0 else 0.0
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` uniform integers in ``[low, high)``."""
+        return rng.integers(self.low, self.high, n, dtype=np.int64)
+
+
+class PoissonSize(SizeLaw):
+    """Poisson counts of the given mean."""
+
+    def __init__(self, mean: float) -> None:
+        self.mean = validation.positive_number("mean", mean)
+
+    def zero_probability(self) -> float:
+        """``exp(-mean)``."""
+        return math.exp(-self.mean)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` Poisson draws."""
+        return rng.poisson(self.mean, n).astype(np.int64)
+
+
+class Geometric(SizeLaw):
+    """Geometric counts on ``1, 2, ...`` with mean ``mean`` (success probability
+    ``1 / mean``): the discrete exponential, a high-variance size law."""
+
+    def __init__(self, mean: float) -> None:
+        if not validation.positive_number("mean", mean) >= 1:
+            raise ValueError(f"mean must be a number >= 1 (geometric on 1, 2, ...), "
+                             f"got {mean!r}")
+        self.mean = float(mean)
+
+    def zero_probability(self) -> float:
+        """Never: geometric counts start at 1."""
+        return 0.0
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` geometric draws."""
+        return rng.geometric(1.0 / self.mean, n).astype(np.int64)
+
+
+class LogNormal(SizeLaw):
+    """A lognormal of mean ``mean`` and coefficient of variation ``cv``, rounded
+    to the nearest integer (the rounding moves the mean by far less than a token
+    for means of tens of tokens or more)."""
+
+    def __init__(self, mean: float, cv: float) -> None:
+        self.mean = validation.positive_number("mean", mean)
+        self.cv = validation.positive_number("cv", cv)
+        s2 = math.log1p(cv * cv)
+        self._sigma = math.sqrt(s2)
+        self._mu = math.log(mean) - s2 / 2
+
+    def zero_probability(self) -> float:
+        """The chance the lognormal falls below 0.5 (rounded to 0)."""
+        return 0.5 * math.erfc(-(math.log(0.5) - self._mu) / (self._sigma * math.sqrt(2)))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` rounded lognormal draws."""
+        return np.rint(rng.lognormal(self._mu, self._sigma, n)).astype(np.int64)
+
+
+class Mixture(SizeLaw):
+    """Each draw comes from one of several laws, picked with probability
+    proportional to its weight."""
+
+    def __init__(self, parts: Sequence[Tuple[float, SizeLaw]]) -> None:
+        if not parts:
+            raise ValueError("parts must list at least one (weight, law) pair, got []")
+        for i, (weight, law) in enumerate(parts):
+            validation.positive_number(f"parts[{i}] weight", weight)
+            if not isinstance(law, SizeLaw):
+                raise ValueError(f"parts[{i}] law must be a size law, got {law!r}")
+        total = sum(w for w, _ in parts)
+        self.weights = np.array([w / total for w, _ in parts])
+        self.laws = [law for _, law in parts]
+        self.mean = float(sum(w * law.mean for w, law in zip(self.weights, self.laws)))
+
+    def zero_probability(self) -> Optional[float]:
+        """The weighted chances of the parts (``None`` if one is unknown)."""
+        parts = [law.zero_probability() for law in self.laws]
+        return None if None in parts else float(np.dot(self.weights, parts))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Pick a law per draw, then draw from each law for its picks."""
+        pick = rng.choice(len(self.laws), size=n, p=self.weights)
+        out = np.empty(n, dtype=np.int64)
+        for i, law in enumerate(self.laws):
+            where = np.flatnonzero(pick == i)
+            out[where] = law.sample(rng, len(where))
+        return out
+
+
+class Empirical(SizeLaw):
+    """Resampled uniformly, with replacement, from observed counts."""
+
+    def __init__(self, values: Sequence[int]) -> None:
+        data = np.asarray(values)
+        if data.ndim != 1 or data.size == 0:
+            raise ValueError(f"values must be a non-empty list of token counts, got {values!r}")
+        if not np.issubdtype(data.dtype, np.integer) or data.min() < 0:
+            raise ValueError(f"values must be whole token counts >= 0, got {data.dtype} "
+                             f"values from {data.min()!r} to {data.max()!r}")
+        self._values = data.astype(np.int64)
+        self.mean = float(self._values.mean())
+
+    def zero_probability(self) -> float:
+        """The share of zeros among the observed counts."""
+        return float(np.mean(self._values == 0))
+
+    def __repr__(self) -> str:
+        return f"Empirical({self._values.size} values, mean={self.mean:.1f})"
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws with replacement."""
+        return self._values[rng.integers(0, self._values.size, n)]
+
+
+SizeLike = Union[int, SizeLaw]
+
+
+def as_law(name: str, law: SizeLike) -> SizeLaw:
+    """A size law from a law or a plain integer (a :class:`Fixed` size)."""
+    if isinstance(law, SizeLaw):
+        return law
+    validation.nonnegative_int(name, law)
+    return Fixed(law)
+
+
+def decode_sizes(law: SizeLaw, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` decode sizes from ``law``: a draw of 0 gives 1 (a request has
+    ``vd >= 1``)."""
+    return np.maximum(law.sample(rng, n), 1)
+
+
+def decode_mean(law: SizeLaw) -> Optional[float]:
+    """The mean of :func:`decode_sizes` draws: ``E[max(X, 1)] = mean + P(X = 0)``
+    (``None`` where the law's chance of 0 is unknown)."""
+    zero = law.zero_probability()
+    return None if zero is None else law.mean + zero

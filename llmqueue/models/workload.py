@@ -1,0 +1,136 @@
+"""Where requests come from: arrival streams of ``(time, prefill, decode[, class])``.
+
+A workload is an iterable of :class:`Arrival` in time order (seconds).  Its
+``count`` is the number of requests it yields, or ``None`` for an endless
+stream, which then needs a horizon.  :func:`compose` builds one from an
+arrival law (:mod:`llmqueue.models.arrivals`), two size laws (:mod:`llmqueue.models.sizes`),
+a count and a seed; :func:`renewal` and :func:`poisson` are its fixed-size
+shorthands; :func:`llmqueue.models.traces.read_csv` replays a trace file.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from llmqueue.common import validation
+from llmqueue.models.arrivals import BLOCK, ArrivalLaw, Poisson, Renewal
+from llmqueue.models.sizes import SizeLike, as_law, decode_mean, decode_sizes
+
+
+class Arrival(NamedTuple):
+    """One request: arrival time (s), prefill tokens, decode tokens, class."""
+
+    time: float
+    prefill: int
+    decode: int
+    klass: Hashable = None
+
+
+class Workload:
+    """A replayable stream of arrivals: each iteration starts afresh.
+
+    ``rate`` (requests/s), ``mean_prefill`` and ``mean_decode`` (tokens) are the
+    stream's long-run figures where known (``None`` otherwise); the stability
+    verdicts of a run compare it with Theorem 2 through them.
+    """
+
+    def __init__(self, make: "callable[[], Iterator[Arrival]]", count: Optional[int],
+                 description: str, rate: Optional[float] = None,
+                 mean_prefill: Optional[float] = None,
+                 mean_decode: Optional[float] = None) -> None:
+        self._make = make
+        self.count = count
+        self.description = description
+        self.rate = rate
+        self.mean_prefill = mean_prefill
+        self.mean_decode = mean_decode
+
+    def __iter__(self) -> Iterator[Arrival]:
+        it = self._make()
+        return it if self.count is None else itertools.islice(it, self.count)
+
+    def __repr__(self) -> str:
+        return f"Workload({self.description})"
+
+
+def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
+            count: Optional[int] = None, seed: int = 0, klass: Hashable = None,
+            description: Optional[str] = None) -> Workload:
+    """Requests whose times follow ``arrivals`` and whose sizes follow the
+    ``prefill`` and ``decode`` laws (a plain integer is a fixed size).
+
+    Same seed, same requests: ``numpy.random.SeedSequence(seed)`` gives the
+    arrival, prefill and decode draws three independent streams, so changing
+    one law never changes what the others draw.  The first ``n`` requests are
+    the same whatever ``count`` is.  A decode law that draws 0 gives 1
+    (a request has ``vd >= 1``).  ``count=None`` is an endless stream (which
+    needs a horizon) unless the arrival law is finite (a trace).
+    """
+    if not isinstance(arrivals, ArrivalLaw):
+        raise ValueError(f"arrivals must be an arrival law (Renewal, Poisson, Gamma, "
+                         f"TraceTimes), got {arrivals!r}")
+    prefill_law, decode_law = as_law("prefill", prefill), as_law("decode", decode)
+    validation.nonnegative_int("seed", seed)
+    if count is not None:
+        validation.positive_int("count", count)
+    if arrivals.count is not None:
+        count = arrivals.count if count is None else min(count, arrivals.count)
+
+    def make() -> Iterator[Arrival]:
+        streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
+        times = arrivals.times(streams[0])
+        while True:
+            vp = prefill_law.sample(streams[1], BLOCK).tolist()
+            vd = decode_sizes(decode_law, streams[2], BLOCK).tolist()
+            for p, d, t in zip(vp, vd, times):
+                yield Arrival(t, p, d, klass)
+
+    text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
+                           f"seed={seed}")
+    return Workload(make, count, text, rate=getattr(arrivals, "rate", None),
+                    mean_prefill=prefill_law.mean, mean_decode=decode_mean(decode_law))
+
+
+def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:
+    """Arrivals at ``gap, 2*gap, 3*gap, ...`` (SPEC 2), each of fixed size."""
+    _check_sizes(prefill, decode)
+    return compose(Renewal(gap), prefill, decode, count,
+                   description=f"renewal gap={gap} s, {prefill}+{decode} tokens")
+
+
+def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
+            count: Optional[int] = None) -> Workload:
+    """Poisson arrivals at ``rate`` per second, each of fixed size, seeded."""
+    _check_sizes(prefill, decode)
+    return compose(Poisson(rate), prefill, decode, count, seed,
+                   description=f"poisson rate={rate}/s, {prefill}+{decode} tokens, seed={seed}")
+
+
+def _check_sizes(prefill: int, decode: int) -> None:
+    validation.token_count("vp", prefill)
+    validation.token_count("vd", decode, minimum=1)
+
+
+def from_list(rows: Iterable[Sequence]) -> Workload:
+    """Arrivals from ``(time, prefill, decode[, class])`` rows, checked and sorted
+    by time (stable, so equal times keep their order)."""
+    arrivals: List[Arrival] = []
+    for i, row in enumerate(rows):
+        if len(row) not in (3, 4):
+            raise ValueError(f"request {i}: expected (arrival, prefill, decode[, class]), "
+                             f"got {row!r}")
+        time = validation.nonnegative_number(f"request {i} arrival", row[0])
+        prefill = validation.nonnegative_int(f"request {i} prefill", row[1])
+        decode = validation.positive_int(f"request {i} decode", row[2])
+        arrivals.append(Arrival(time, prefill, decode, row[3] if len(row) == 4 else None))
+    arrivals.sort(key=lambda a: a.time)
+    n = len(arrivals)
+    span = arrivals[-1].time - arrivals[0].time if arrivals else 0.0
+    return Workload(lambda: iter(arrivals), n, f"{n} listed requests",
+                    # n - 1 gaps between the first and last arrival, as for trace times
+                    rate=(n - 1) / span if span > 0 else None,
+                    mean_prefill=sum(a.prefill for a in arrivals) / n if n else None,
+                    mean_decode=sum(a.decode for a in arrivals) / n if n else None)

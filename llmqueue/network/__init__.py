@@ -1,0 +1,13 @@
+"""Many engines on one clock: networks and pools of engines, routers, request
+classes and agent workflows (SPEC 6.3-6.4).  Imports the engine and the layers
+below it."""
+
+from llmqueue.network.classes import RequestClass, by_class, class_stream
+from llmqueue.network.network import Network, NetworkResult
+from llmqueue.network.routers import (JSQ, JSQTokens, PowerOfTwo, RandomRouter, RoundRobin,
+                                      Router, make_router, router_names)
+from llmqueue.network.workflows import JobContext, job_summary, start_jobs
+
+__all__ = ["JSQ", "JSQTokens", "JobContext", "Network", "NetworkResult", "PowerOfTwo",
+           "RandomRouter", "RequestClass", "RoundRobin", "Router", "by_class",
+           "class_stream", "job_summary", "make_router", "router_names", "start_jobs"]

@@ -1,0 +1,152 @@
+"""Figures of a sweep: a figure against one grid key as lines with 95%
+confidence bands over the seeds, or against two keys as a heat map."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from llmqueue import experiments as scenarios
+from llmqueue.plotting.pending import plt, save
+from llmqueue.sweeps.runner import Row, figure_columns, point_columns, summarize, varying
+
+#: Units of the summary figures, by name prefix or suffix.
+_UNITS: List[Tuple[str, str]] = [
+    ("backlog_slope", "tokens/s"), ("pending", "requests"), ("backlog", "tokens"),
+    ("_fraction", "fraction of the run"), ("throughput", "tokens/s"), ("ttft", "s"),
+    ("tpot", "s per token"), ("e2e", "s"), ("arrivals", "requests"),
+    ("completed", "requests"), ("residents", "requests"), ("waiting", "requests"),
+    ("decode_batch", "decode tokens per batch"), ("batches", "batches"),
+    ("duration", "s"), ("wall_time", "s of computer time"),
+]
+
+
+def figure_label(name: str) -> str:
+    """An axis label for a summary figure, with its unit."""
+    for part, unit in _UNITS:
+        if part in name:
+            return f"{name} ({unit})"
+    return name
+
+
+def key_label(key: str) -> str:
+    """An axis label for a grid key: its name and the scenario parameter's help
+    (without its note on the default)."""
+    if key in ("scheduler", "label"):
+        return key
+    for scenario in scenarios.REGISTRY.values():
+        if key in scenario.params:
+            return f"{key}: {scenario.params[key].help.split(' (default')[0]}"
+    return key
+
+
+def check_columns(rows: Sequence[Row], keys: Sequence[str], y: str) -> None:
+    """Raise ``ValueError`` unless ``keys`` are grid columns and ``y`` a figure."""
+    if not rows:
+        raise ValueError("the sweep file has no rows")
+    columns = list(rows[0])
+    points, figures = point_columns(columns), figure_columns(columns)
+    for key in keys:
+        if key not in points:
+            raise ValueError(f"x/hue must be grid columns ({', '.join(points)}); got {key!r}")
+    if y not in figures:
+        raise ValueError(f"y must be a figure ({', '.join(figures)}); got {y!r}")
+
+
+def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str] = None,
+               title: Optional[str] = None,
+               theory: Optional[Tuple[Sequence[float], Sequence[float], str]] = None) -> None:
+    """``y`` against ``x``: the mean over seeds with its 95% confidence band, one
+    line per value of ``hue`` and of every other grid key that varies;
+    ``theory`` is an ``(xs, ys, label)`` curve drawn dashed beside them."""
+    check_columns(rows, [x] + ([hue] if hue else []), y)
+    points = summarize(rows)
+    keys = varying(points, skip=[x])
+    if hue in keys:
+        keys = [hue] + [k for k in keys if k != hue]
+    odd = sorted({str(p[x]) for p in points
+                  if isinstance(p[x], bool) or not isinstance(p[x], (int, float))})
+    if odd:
+        raise ValueError(f"--x {x} has values that are not numbers ({', '.join(odd)}); a line "
+                         f"plot needs numbers: use {x} as --hue or as a heat-map key")
+    lines: Dict[Tuple[object, ...], List[Row]] = {}
+    for p in points:
+        lines.setdefault(tuple(p[k] for k in keys), []).append(p)
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for key, members in lines.items():
+        members = [m for m in members if m[f"{y}_mean"] is not None]
+        members.sort(key=lambda m: m[x])
+        xs = np.array([m[x] for m in members], dtype=float)
+        mean = np.array([m[f"{y}_mean"] for m in members], dtype=float)
+        half = np.array([m[f"{y}_ci95"] if m[f"{y}_ci95"] is not None else np.nan
+                         for m in members], dtype=float)
+        name = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or y
+        (line,) = ax.plot(xs, mean, marker="o", linewidth=1.5, label=name)
+        ax.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2,
+                        linewidth=0)
+    if theory is not None:
+        ax.plot(theory[0], theory[1], color="black", linestyle="--", linewidth=1.2,
+                label=theory[2])
+    n = sorted({p["n"] for p in points})
+    seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+    ax.set_title(title or f"{y} against {x}: mean over {seeds} seeds, 95% confidence band")
+    ax.set_xlabel(key_label(x))
+    ax.set_ylabel(figure_label(y))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    save(fig, path)
+
+
+def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, path: str,
+              title: Optional[str] = None) -> None:
+    """The mean of ``y`` over seeds on the grid of ``x`` (columns) and ``x2``
+    (rows), each cell written out; every other grid key must be fixed."""
+    check_columns(rows, [x, x2], y)
+    points = summarize(rows)
+    others = varying(points, skip=[x, x2])
+    if others:
+        raise ValueError(f"a heat map needs every other grid key fixed; {', '.join(others)} "
+                         "varies: pick one value with --where KEY=VALUE")
+    cols = sorted({p[x] for p in points}, key=_order)
+    lines = sorted({p[x2] for p in points}, key=_order)
+    grid = np.full((len(lines), len(cols)), np.nan)
+    half = np.full_like(grid, np.nan)
+    for p in points:
+        at = lines.index(p[x2]), cols.index(p[x])
+        if p[f"{y}_mean"] is not None:
+            grid[at] = p[f"{y}_mean"]
+        if p[f"{y}_ci95"] is not None:
+            half[at] = p[f"{y}_ci95"]
+    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 4, 0.6 * len(lines) + 3))
+    image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
+    finite = grid[np.isfinite(grid)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0
+    for (i, j), value in np.ndenumerate(grid):
+        if np.isfinite(value):
+            text = f"{value:.3g}" + (f"\n+- {half[i, j]:.3g}" if np.isfinite(half[i, j]) else "")
+            ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                    color="black" if value > middle else "white")
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+    ax.set_yticks(range(len(lines)), [str(v) for v in lines])
+    ax.set_xlabel(key_label(x))
+    ax.set_ylabel(key_label(x2))
+    n = sorted({p["n"] for p in points})
+    ax.set_title(title or f"{y}: mean over {n[-1]} seeds +- 95% confidence half-width")
+    fig.colorbar(image, ax=ax, label=figure_label(y))
+    save(fig, path)
+
+
+def default_path(csv_path: str, y: str) -> str:
+    """``FILE-FIGURE.png`` beside the sweep's CSV file."""
+    return f"{os.path.splitext(csv_path)[0]}-{y}.png"
+
+
+def _order(value: object) -> Tuple[int, object]:
+    """Numbers first in numeric order, then text, then ``none``."""
+    if value is None:
+        return (2, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value)
+    return (1, str(value))

@@ -1,0 +1,15 @@
+"""Scheduling policies (SPEC section 3): pure rules from what a policy sees (a
+:class:`View` of the residents) and a token budget to one iteration's
+:class:`Plan`.  Testable without a simulation.  Imports :mod:`llmqueue.common`
+and :mod:`llmqueue.models` (a policy may read the latency model)."""
+
+from llmqueue.policies.builtin import (BUILTIN, ClassPriority, FasterTransformer,
+                                       FunctionPolicy, Orca, Policy, Sarathi, StepFill, VLLM,
+                                       WholePrefill, make_policy, policy_names,
+                                       register_policy, take_decodes, take_prefill)
+from llmqueue.policies.view import Plan, Resident, SimpleView, View, make_view, population
+
+__all__ = ["BUILTIN", "ClassPriority", "FasterTransformer", "FunctionPolicy", "Orca", "Plan",
+           "Policy", "Resident", "Sarathi", "SimpleView", "StepFill", "VLLM", "View",
+           "WholePrefill", "make_policy", "make_view", "policy_names", "population",
+           "register_policy", "take_decodes", "take_prefill"]

@@ -1,0 +1,354 @@
+"""Sweeps: every combination of a parameter grid, times replicates, on any
+executor with the :class:`concurrent.futures.Executor` interface.
+
+Each run gives tidy rows: the grid point (a column per grid key, then one
+per fixed parameter, then ``scheduler``), the replicate index and its seed, the horizon and warm-up,
+the scenario's name and row label, every summary figure of the ``--json`` contract,
+and the run's wall time.  With ``out`` the rows are appended to a CSV file and
+flushed as each run finishes, so an interrupted sweep keeps every finished
+run; ``resume`` skips the runs already in that file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import time
+from concurrent.futures import Executor, as_completed
+from dataclasses import dataclass
+from typing import (Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set,
+                    Tuple, Union)
+
+from llmqueue.sweeps import grid as grids
+from llmqueue import experiments as scenarios
+from llmqueue.common import validation
+from llmqueue.policies.builtin import make_policy
+from llmqueue.experiments.base import Scenario
+from llmqueue.theory.stats import aggregate
+
+Row = Dict[str, object]
+
+#: Columns between the grid point and the figures, in this order.
+RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run of a sweep: everything a worker needs, and nothing it must look up."""
+
+    scenario: Scenario
+    params: Dict[str, object]  # every parameter of the scenario, resolved
+    point: Dict[str, object]   # the grid values and the scheduler: the row's key columns
+    replicate: int
+    seed: int
+    horizon: Optional[float]
+    warmup: float
+
+    def key(self) -> Tuple[str, ...]:
+        """What identifies the run in a CSV file (as the file spells it)."""
+        return tuple(_cell(v) for v in (*self.point.values(), self.replicate, self.seed,
+                                         self.horizon, self.warmup))
+
+
+#: Most replicates a sweep runs per grid point.
+MAX_SEEDS = 10_000
+
+
+def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
+         seeds: int = 1, *, schedulers: Optional[Sequence[str]] = None,
+         fixed: Optional[Mapping[str, object]] = None, horizon: Optional[float] = None,
+         warmup: float = 0.0, base_seed: int = 0) -> List[Task]:
+    """The runs of a sweep, grid point by grid point, replicates innermost."""
+    scen = _scenario(scenario)
+    validation.positive_int("seeds", seeds)
+    if seeds > MAX_SEEDS:
+        raise ValueError(f"seeds must be at most {MAX_SEEDS} per grid point; got {seeds}")
+    validation.nonnegative_int("base_seed", base_seed)
+    if seeds > 1 and not scen.seeded:
+        raise ValueError(f"seeds must be 1 for {scen.name}, which draws no random numbers; "
+                         f"got {seeds}")
+    horizon = scen.horizon if horizon is None else validation.positive_number("horizon",
+                                                                              horizon)
+    validation.nonnegative_number("warmup", warmup)
+    if warmup and (horizon is None or warmup >= horizon):
+        raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")
+    checked = grids.check(scen, grid)
+    if schedulers is not None:
+        if "scheduler" in checked:
+            raise ValueError("scheduler: give it in the grid or as schedulers, not both")
+        checked["scheduler"] = grids.check(scen, {"scheduler": list(schedulers)})["scheduler"]
+    fixed_values = {k: v[0] for k, v in grids.check(scen, {k: [v] for k, v in
+                                                          (fixed or {}).items()}).items()}
+    both = set(fixed_values) & set(checked)
+    if both:
+        raise ValueError(f"{', '.join(sorted(both))}: both fixed and in the grid")
+    for name in checked.get("scheduler", []):
+        if name is not None:
+            make_policy(name)  # fail before any run on an unknown scheduler
+    order = [k for k in checked if k != "scheduler"] + list(fixed_values) + ["scheduler"]
+    defaults = scen.resolve({})
+    tasks = []
+    for values in grids.expand({k: checked[k] for k in order if k in checked}):
+        params = {**defaults, **fixed_values, **values}
+        point = {k: params.get(k) for k in order}
+        for replicate in range(seeds):
+            seed = grids.run_seed(base_seed, params, replicate)
+            tasks.append(Task(scen, params, point, replicate, seed, horizon, warmup))
+    return tasks
+
+
+def run_task(task: Task) -> List[Row]:
+    """Run one task (in a worker) and return its tidy rows."""
+    logs = {"warmup": task.warmup} if task.warmup else {}
+    start = time.perf_counter()
+    results = task.scenario.run(task.params, task.horizon, task.seed, **logs)
+    wall = time.perf_counter() - start
+    head = {**task.point, "replicate": task.replicate, "seed": task.seed,
+            "horizon": task.horizon, "warmup": task.warmup, "scenario": task.scenario.name}
+    return [{**head, **_figures(result.row(label), head), "wall_time": wall}
+            for label, result in results]
+
+
+def _figures(row: Row, head: Row) -> Row:
+    """A run's figures beside its parameters: a figure named like a parameter
+    (``load``: the grid's value and the measured one) becomes ``load_measured``."""
+    return {(f"{k}_measured" if k in head else k): v for k, v in row.items()}
+
+
+def execute(tasks: Sequence[Task], executor: Optional[Executor] = None,
+            on_done: Optional[Callable[[List[Row]], None]] = None,
+            progress: Optional[bool] = None) -> List[List[Row]]:
+    """Run ``tasks`` in this process (``executor=None``) or on ``executor``;
+    ``on_done`` gets each run's rows as it finishes.  Returns the rows in task
+    order.  A progress bar goes to stderr when it is a terminal (or when
+    ``progress`` is true)."""
+    from tqdm import tqdm
+
+    shown = sys.stderr.isatty() if progress is None else progress
+    results: List[List[Row]] = [[] for _ in tasks]
+    with tqdm(total=len(tasks), unit="run", disable=not shown, file=sys.stderr) as bar:
+        def done(i: int, rows: List[Row]) -> None:
+            results[i] = rows
+            if on_done is not None:
+                on_done(rows)
+            bar.update()
+
+        if executor is None:
+            for i, task in enumerate(tasks):
+                done(i, run_task(task))
+            return results
+        futures = {executor.submit(run_task, task): i for i, task in enumerate(tasks)}
+        try:
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+        finally:
+            for future in futures:
+                future.cancel()
+    return results
+
+
+def sweep(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
+          seeds: int = 1, *, schedulers: Optional[Sequence[str]] = None,
+          fixed: Optional[Mapping[str, object]] = None, horizon: Optional[float] = None,
+          warmup: float = 0.0, base_seed: int = 0, executor: Optional[Executor] = None,
+          out: Optional[str] = None, resume: bool = False,
+          progress: Optional[bool] = None) -> List[Row]:
+    """Run every combination of ``grid`` (a dict of value lists, over the
+    scenario's parameters and ``scheduler``) with ``seeds`` replicates each,
+    and return the tidy rows in grid order.
+
+    ``executor``: ``None`` runs here, one run after another; otherwise any
+    ``concurrent.futures.Executor`` (a ``ProcessPoolExecutor``, or
+    ``dask.distributed.Client(...).get_executor()``).  ``out``: a CSV file the
+    rows are appended to as runs finish; with ``resume`` the runs already in
+    it are skipped (and their rows returned from the file).
+    """
+    tasks = plan(scenario, grid, seeds, schedulers=schedulers, fixed=fixed,
+                 horizon=horizon, warmup=warmup, base_seed=base_seed)
+    if resume and out is None:
+        raise ValueError("resume needs out, the CSV file of an earlier sweep")
+    kept: Dict[Tuple[str, ...], List[Row]] = {}
+    if out is not None and resume and os.path.exists(out):
+        kept = _done_runs(out, tasks)
+    todo = [t for t in tasks if t.key() not in kept]
+    if out is None:
+        results = execute(todo, executor, None, progress)
+    else:
+        if not resume or not os.path.exists(out):
+            open(out, "w").close()
+        with RowWriter(out) as writer:
+            results = execute(todo, executor, writer.write, progress)
+    fresh = dict(zip((t.key() for t in todo), results))
+    return [row for t in tasks for row in (kept.get(t.key()) or fresh[t.key()])]
+
+
+def summarize(rows: Sequence[Row]) -> List[Row]:
+    """Per grid point and row label: ``n`` runs and, for every figure, its mean
+    and 95% confidence half-width over the replicates (see :func:`stats.aggregate`)."""
+    if not rows:
+        return []
+    columns = list(rows[0])
+    # runs of another horizon or warm-up are other points, never more seeds
+    keys = point_columns(columns) + ["horizon", "warmup", "label"]
+    return aggregate(rows, keys, figure_columns(columns))
+
+
+def varying(points: Sequence[Row], skip: Sequence[str] = ()) -> List[str]:
+    """The grid columns of :func:`summarize`'s ``points`` whose value differs
+    between them (but those in ``skip``), then ``label`` if one run gives
+    several labelled rows."""
+    if not points:
+        return []
+    columns = list(points[0])
+    keys = columns[:columns.index("label")]
+    out = [k for k in keys if k not in skip and len({str(p[k]) for p in points}) > 1]
+    per_run = len({tuple(str(p[k]) for k in keys) for p in points})
+    if per_run < len(points) and "label" not in skip:
+        out.append("label")
+    return out
+
+
+def point_columns(columns: Sequence[str]) -> List[str]:
+    """The grid point's columns of a sweep's rows (those before ``replicate``)."""
+    return list(columns[:list(columns).index("replicate")])
+
+
+def figure_columns(columns: Sequence[str]) -> List[str]:
+    """The figures of a sweep's rows (those after ``label``)."""
+    return list(columns[list(columns).index("label") + 1:])
+
+
+class RowWriter:
+    """Appends rows to a CSV file, flushing after each run; writes the header
+    when the file is empty."""
+
+    def __init__(self, path: str) -> None:
+        _trim_partial_line(path)
+        self.handle = open(path, "a+", newline="")
+        self.handle.seek(0)
+        header = next(csv.reader(self.handle), None)
+        self.columns: Optional[List[str]] = header
+        self.writer: Optional[csv.DictWriter] = None
+
+    def write(self, rows: Iterable[Row]) -> None:
+        """Append one run's rows and flush them to disk."""
+        rows = list(rows)
+        if not rows:
+            return
+        if self.writer is None:
+            if self.columns is None:
+                self.columns = list(rows[0])
+                csv.writer(self.handle, lineterminator="\n").writerow(self.columns)
+            self.writer = csv.DictWriter(self.handle, self.columns, lineterminator="\n")
+        extra = set(rows[0]) ^ set(self.columns)
+        if extra:
+            raise ValueError(f"out: {self.handle.name} has other columns than this sweep "
+                             f"({', '.join(sorted(extra))}); write to a new file")
+        # one run's rows go out in one write, so an interruption cannot keep half a run
+        text = io.StringIO()
+        csv.DictWriter(text, self.columns, lineterminator="\n").writerows(
+            {k: _cell(v) for k, v in row.items()} for row in rows)
+        self.handle.write(text.getvalue())
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+
+    def __enter__(self) -> "RowWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+
+def read_rows(path: str) -> List[Row]:
+    """The rows of a sweep's CSV file, numbers as numbers and empty cells as ``None``."""
+    with validation.open_text(path, "csv") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or "replicate" not in reader.fieldnames \
+                or "label" not in reader.fieldnames:
+            raise ValueError(f"{path}: not a sweep's CSV (it needs replicate and label "
+                             f"columns)")
+        return [{k: _value(v) for k, v in row.items()} for row in reader
+                if None not in row.values()]
+
+
+def write_rows(path: str, rows: Sequence[Row]) -> None:
+    """Write ``rows`` to a new CSV file."""
+    open(path, "w").close()
+    with RowWriter(path) as writer:
+        writer.write(rows)
+
+
+def to_dataframe(rows: Sequence[Row]) -> "pandas.DataFrame":  # noqa: F821
+    """The rows as a pandas DataFrame (pandas is optional: ``pip install pandas``)."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("to_dataframe needs pandas: pip install pandas") from None
+    return pandas.DataFrame(list(rows))
+
+
+def _done_runs(path: str, tasks: Sequence[Task]) -> Dict[Tuple[str, ...], List[Row]]:
+    """Rows of ``path`` grouped by the run they came from, for the runs of ``tasks``."""
+    _trim_partial_line(path)
+    wanted: Set[Tuple[str, ...]] = {t.key() for t in tasks}
+    width = len(tasks[0].point) if tasks else 0
+    kept: Dict[Tuple[str, ...], List[Row]] = {}
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None:
+            return kept
+        names = list(reader.fieldnames)
+        if "replicate" not in names or point_columns(names) != list(tasks[0].point):
+            raise ValueError(f"out: {path} is not a sweep over "
+                             f"{', '.join(tasks[0].point)}; write to a new file")
+        name = tasks[0].scenario.name
+        for row in reader:
+            if row.get("scenario") != name:
+                raise ValueError(f"out: {path} is not a sweep of {name} (it holds "
+                                 f"{row.get('scenario')}); write to a new file")
+            key = tuple(row[c] for c in (*names[:width], "replicate", "seed", "horizon",
+                                           "warmup"))
+            if key in wanted:
+                kept.setdefault(key, []).append({k: _value(v) for k, v in row.items()})
+    return kept
+
+
+def _trim_partial_line(path: str) -> None:
+    """Cut a last line left half-written by an interrupted sweep."""
+    if not os.path.exists(path) or not os.path.getsize(path):
+        return
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
+def _scenario(scenario: Union[str, Scenario]) -> Scenario:
+    if isinstance(scenario, Scenario):
+        return scenario
+    found = scenarios.REGISTRY.get(scenario)
+    if found is None:
+        raise ValueError(f"scenario must be one of {', '.join(scenarios.REGISTRY)}; "
+                         f"got {scenario!r}")
+    return found
+
+
+def _cell(value: object) -> str:
+    """A value as a CSV cell: empty for ``None``."""
+    return "" if value is None else str(value)
+
+
+def _value(text: str) -> object:
+    """A CSV cell back as a value: ``None``, bool, int, float or text."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -1,0 +1,139 @@
+"""Fit batch-time models to measured ``(batch tokens, seconds)`` samples.
+
+* :func:`fit_linear`: ``t = c + per_token * b`` by least squares;
+* :func:`fit_staircase`: ``t = c + a * ceil(b / b0)`` by least squares in
+  ``(c, a)`` for a given ``b0``, or, without one, for every whole ``b0`` from 1
+  to the largest batch measured, keeping the one with the smallest squared
+  error (the smallest such ``b0`` when several fit equally well: measure
+  batches of many sizes, not only multiples of one step, or give ``b0``).
+
+Both report ``R^2 = 1 - SSE / SST``.  A negative intercept is not a batch
+time: the fit then forces ``c = 0`` (least squares through the origin).
+``llmqueue fit FILE`` runs both on a CSV with the header ``tokens,seconds``.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from llmqueue.common import validation
+from llmqueue.models.latency import Linear, Staircase
+
+Model = Union[Staircase, Linear]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted model, its coefficient of determination and sample count."""
+
+    model: Model
+    r2: float
+    sse: float
+    samples: int
+
+    def as_dict(self) -> Dict[str, object]:
+        """The constants and goodness of fit, for ``--json``."""
+        constants = {k: getattr(self.model, k) for k in self.model.__dataclass_fields__}
+        return {"model": type(self.model).__name__.lower(), **constants,
+                "r2": self.r2, "sse": self.sse, "samples": self.samples}
+
+
+def _arrays(tokens: Sequence[float], seconds: Sequence[float]) -> Tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(tokens, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"tokens and seconds must be two lists of the same length; "
+                         f"got {x.size} and {y.size} values")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))) or np.any(x < 1) \
+            or np.any(x > validation.MAX_TOKENS):
+        raise ValueError(f"tokens must be numbers from 1 to {validation.MAX_TOKENS} and "
+                         f"seconds finite numbers")
+    if np.unique(x).size < 2:
+        raise ValueError(f"tokens must take at least two different values to fit a slope; "
+                         f"got {np.unique(x).tolist()}")
+    return x, y
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> Tuple[float, float, float]:
+    """Least squares ``y = c + slope * x`` with ``c >= 0``: (c, slope, SSE)."""
+    xm, ym = x.mean(), y.mean()
+    sxx = float(((x - xm) ** 2).sum())
+    slope = float(((x - xm) * (y - ym)).sum() / sxx)
+    c = float(ym - slope * xm)
+    if c < 0:
+        c, slope = 0.0, float((x * y).sum() / (x * x).sum())
+    return c, slope, float(((y - c - slope * x) ** 2).sum())
+
+
+def _r2(y: np.ndarray, sse: float) -> float:
+    sst = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - sse / sst if sst > 0 else (1.0 if sse == 0 else 0.0)
+
+
+def fit_linear(tokens: Sequence[float], seconds: Sequence[float]) -> Fit:
+    """Fit ``t = c + per_token * b``."""
+    x, y = _arrays(tokens, seconds)
+    c, slope, sse = _line(x, y)
+    if slope <= 0:
+        raise ValueError(f"the samples do not grow with batch tokens (fitted slope "
+                         f"{slope:.3g} s/token); allowed: times that rise with the batch")
+    return Fit(Linear(c, slope), _r2(y, sse), sse, int(x.size))
+
+
+#: Largest step width searched when ``b0`` is not given (pass ``b0`` beyond it).
+B0_SEARCH = 4096
+
+
+def fit_staircase(tokens: Sequence[float], seconds: Sequence[float],
+                  b0: Optional[int] = None) -> Fit:
+    """Fit ``t = c + a * ceil(b / b0)``, searching ``b0`` when it is not given."""
+    x, y = _arrays(tokens, seconds)
+    if b0 is not None:
+        candidates = [validation.positive_int("b0", b0)]
+    else:
+        candidates = list(range(1, min(int(x.max()), B0_SEARCH + 1)))
+    tie = 1e-12 * float(((y - y.mean()) ** 2).sum())  # rounding noise in the SSE
+    best: Optional[Tuple[float, int, float, float]] = None
+    for step in candidates:
+        steps = np.ceil(x / step)
+        if steps.min() == steps.max():
+            continue  # one step: the rise a is not determined
+        c, a, sse = _line(steps, y)
+        if best is None or sse < best[0] - tie:
+            best = (sse, step, c, a)
+    if best is None:
+        raise ValueError(f"b0={b0} puts every sample on one step of the staircase; "
+                         f"allowed: b0 < {int(x.max())} (the largest batch measured)")
+    sse, step, c, a = best
+    if a <= 0:
+        raise ValueError(f"the samples do not grow with batch tokens (fitted a = {a:.3g} s "
+                         f"per step); allowed: times that rise with the batch")
+    return Fit(Staircase(c, a, step), _r2(y, sse), sse, int(x.size))
+
+
+def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(tokens, seconds)`` arrays from a CSV with the header ``tokens,seconds``.
+    A malformed row is an error naming the file and line."""
+    tokens, seconds = [], []
+    with validation.open_text(path) as handle:
+        reader = csv.reader(handle)
+        header = [h.strip() for h in next(reader, [])]
+        if header != ["tokens", "seconds"]:
+            raise ValueError(f"{path}:1: header must be tokens,seconds; got {','.join(header)!r}")
+        for line, row in enumerate(reader, start=2):
+            if not "".join(row).strip():
+                continue  # a blank line
+            try:
+                if len(row) != 2:
+                    raise ValueError(f"expected 2 fields, got {len(row)}")
+                tokens.append(validation.positive_number("tokens", float(row[0])))
+                seconds.append(validation.positive_number("seconds", float(row[1])))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{line}: {exc}") from None
+    if not tokens:
+        raise ValueError(f"{path}: no samples after the header")
+    return np.array(tokens), np.array(seconds)

@@ -1,0 +1,147 @@
+"""Is a run's queue holding?  The measured verdict beside the theory's prediction.
+
+Measured (``verdict``), from the backlog drift over the second half of the run
+(``backlog_slope`` +- ``backlog_slope_se``, tokens/s, see ``llmqueue.theory.drift``),
+on the scale of the offered tokens per second:
+
+* ``unstable``: the slope is more than 3 standard errors above 0 and above 1%
+  of the offered tokens;
+* ``stable``: the slope's upper bound, slope + 2 standard errors, is below 1%
+  of the offered tokens (at most a negligible drift, e.g. the period of a
+  deterministic run not fitting the windows); or it is below 5% and the slope
+  is not significantly positive (at most 2 standard errors);
+* ``inconclusive``: anything else, or no drift measured (a run without a
+  horizon, too short a run).
+
+Predicted (``predicted``), from Theorem 2 where the workload's rate and mean
+sizes are known:
+
+* ``unstable`` for any policy when the offered tokens exceed the peak token
+  rate ``max b / t_b`` that no policy can beat;
+* ``no guarantee`` for a policy that is not work-conserving (vLLM,
+  FasterTransformer) otherwise;
+* for a work-conserving policy: ``boundary`` when the load is exactly 1
+  (within 1e-9; Theorem 2 says nothing there); else ``stable`` / ``unstable``
+  below / above the token capacity ``bmax / t_bmax`` when Theorem 2 applies
+  (no kmax, or ``kmax >= bmax``, so that a growing queue keeps every batch
+  full); else ``no guarantee`` (a slot limit ``kmax < bmax``: SPEC 6.5's
+  two-dimensional region decides, see Sarathi-1024 at point C): ``unstable``
+  outside its polygon for any policy, ``no guarantee`` inside.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Dict, Mapping, Optional
+
+from llmqueue.theory import capacity as theory
+from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.theory.region import Region, stability_region
+
+#: Verdicts a run can get from its measured drift.
+VERDICTS = ("stable", "unstable", "inconclusive")
+#: Predictions the theory can make.
+PREDICTIONS = ("stable", "unstable", "boundary", "no guarantee")
+
+UNSTABLE_SE = 3.0        # standard errors above 0 to call growth
+UNSTABLE_FRACTION = 0.01  # ... and growth above this share of the offered tokens
+STABLE_SE = 2.0          # standard errors of the slope's upper bound
+STABLE_FRACTION = 0.05   # upper bound below this share of the offered tokens, slope <= 2 SE
+BOUNDARY_TOLERANCE = 1e-9
+
+
+def measured_verdict(slope: Optional[float], slope_se: Optional[float],
+                     offered: Optional[float]) -> str:
+    """``stable``, ``unstable`` or ``inconclusive`` from a backlog slope, its
+    standard error and the offered tokens per second (the rules above)."""
+    if slope is None or slope_se is None or not offered or offered <= 0:
+        return "inconclusive"
+    if slope > UNSTABLE_SE * slope_se and slope > UNSTABLE_FRACTION * offered:
+        return "unstable"
+    upper = slope + STABLE_SE * slope_se
+    if upper < UNSTABLE_FRACTION * offered:
+        return "stable"
+    if slope <= STABLE_SE * slope_se and upper < STABLE_FRACTION * offered:
+        return "stable"
+    return "inconclusive"
+
+
+def predicted_verdict(load: float, peak_load: float, work_conserving: bool,
+                      kmax: Optional[int], bmax: int) -> str:
+    """What Theorem 2 predicts for a policy at ``load`` (offered tokens over
+    ``bmax / t_bmax``) and ``peak_load`` (offered tokens over ``max b / t_b``)."""
+    if peak_load > 1 + BOUNDARY_TOLERANCE:
+        return "unstable"
+    if not work_conserving:
+        return "no guarantee"
+    if abs(load - 1) <= BOUNDARY_TOLERANCE:
+        return "boundary"
+    if kmax is not None and kmax < bmax:
+        return "no guarantee"
+    return "stable" if load < 1 else "unstable"
+
+
+def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conserving: bool,
+            bmax: int, kmax: Optional[int], latency: Optional[LatencyModel]) -> str:
+    """:func:`predicted_verdict` for a workload of ``rate`` requests/s with
+    these mean sizes on an engine with this budget, slot limit and latency;
+    with ``kmax < bmax``, rates outside Theorem 10's region (SPEC 6.5) are
+    ``unstable`` for any policy."""
+    load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
+    # the peak rate is at least the capacity: search for it only above capacity
+    peak_load = (rate * (mean_prefill + mean_decode) / theory.peak_token_rate(bmax, latency)
+                 if load > 1 else load)
+    verdict = predicted_verdict(load, peak_load, work_conserving, kmax, bmax)
+    if verdict in ("no guarantee", "stable") and kmax is not None and kmax < bmax:
+        region = _region(bmax, kmax, latency)
+        if region is not None and not region.is_inside(rate * mean_prefill, rate * mean_decode,
+                                                       tolerance=1e-9):
+            return "unstable"
+    return verdict
+
+
+def _region(bmax: int, kmax: int, latency: Optional[LatencyModel]) -> Optional[Region]:
+    """Theorem 10's region, remembered per engine shape (``None`` where the
+    region is not computed: a non-staircase model beyond the enumeration limit)."""
+    model = latency if latency is not None else Staircase()
+    try:
+        return _cached_region(bmax, kmax, model)
+    except TypeError:  # an unhashable user model: compute it afresh
+        return _computed_region(bmax, kmax, model)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_region(bmax: int, kmax: int, latency: LatencyModel) -> Optional[Region]:
+    return _computed_region(bmax, kmax, latency)
+
+
+def _computed_region(bmax: int, kmax: int, latency: LatencyModel) -> Optional[Region]:
+    try:
+        return stability_region(bmax, kmax, latency)
+    except ValueError:
+        return None
+
+
+def assess(summary: Mapping[str, object], *, rate: Optional[float],
+           mean_prefill: Optional[float], mean_decode: Optional[float],
+           work_conserving: bool, bmax: Optional[int], kmax: Optional[int],
+           latency: Optional[LatencyModel]) -> Dict[str, object]:
+    """The summary keys ``verdict``, ``predicted``, ``load`` and ``fluid_slope``
+    of one run (``None`` for the theory's figures where the workload's rate or
+    mean sizes, or the budget, are unknown)."""
+    known = None not in (rate, mean_prefill, mean_decode, bmax)
+    slope = summary.get("backlog_slope")
+    if known:
+        offered = rate * (mean_prefill + mean_decode)
+        load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
+        predicted: Optional[str] = predict(rate, mean_prefill, mean_decode,
+                                           work_conserving=work_conserving, bmax=bmax,
+                                           kmax=kmax, latency=latency)
+        fluid: Optional[float] = theory.fluid_slope(rate, bmax, mean_prefill, mean_decode,
+                                                    latency)
+    else:
+        throughput = summary.get("throughput_tokens_per_s") or 0.0
+        offered = throughput + max(0.0, slope or 0.0)  # served + growth
+        load = predicted = fluid = None
+    return {"verdict": measured_verdict(slope, summary.get("backlog_slope_se"), offered),
+            "predicted": predicted, "load": load, "fluid_slope": fluid}
