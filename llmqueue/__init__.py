@@ -22,7 +22,7 @@ from llmqueue.network import (JSQ, JSQTokens, JobContext, Network, NetworkResult
                               class_stream, job_summary, make_router, router_names,
                               start_jobs)
 from llmqueue.policies import (ClassPriority, FasterTransformer, Orca, Plan, Policy,
-                               Resident, Sarathi, StepFill, VLLM, WholePrefill, make_policy,
+                               Request, Sarathi, StepFill, VLLM, WholePrefill, make_policy,
                                make_view, policy_names, register_policy)
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 
@@ -31,7 +31,7 @@ __all__ = [
     "FasterTransformer", "Fixed", "Gamma", "Geometric", "Interpolated", "JSQ", "JSQTokens",
     "JobContext", "LatencyModel", "Linear", "LogNormal", "Mixture", "Network",
     "NetworkResult", "Orca", "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo",
-    "RandomRouter", "Renewal", "RequestClass", "Resident", "Result", "RoundRobin", "Router",
+    "RandomRouter", "Renewal", "Request", "RequestClass", "Result", "RoundRobin", "Router",
     "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
     "TraceTimes", "UniformInt", "VLLM", "WholePrefill", "Workload", "by_class",
     "class_stream", "compose", "fit_linear", "fit_staircase", "from_list", "job_summary",

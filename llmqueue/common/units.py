@@ -27,3 +27,13 @@ def to_ticks(seconds: float) -> int:
 def to_seconds(ticks: int) -> float:
     """Convert nanoseconds back to seconds."""
     return ticks / TICKS_PER_SECOND
+
+
+#: The one "no limit" value for integer limits (token budget, slots, repeats):
+#: larger than any count a run can reach, and still an ``int``.
+UNLIMITED: int = 2**62
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    """``ceil(numerator / denominator)`` in exact integer arithmetic."""
+    return -(-numerator // denominator)

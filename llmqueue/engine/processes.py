@@ -22,19 +22,18 @@ that instant are all settled first.
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from typing import Deque, Dict, Generator, Hashable, Iterable, Optional, Tuple
 
 import simpy
 
-from llmqueue.common.units import to_ticks
+from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
 from llmqueue.engine.clock import later_this_instant, wait_until
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.engine.recorder import Recorder
 from llmqueue.policies.builtin import BUILTIN, Policy
-from llmqueue.engine.residents import Residents, check_plan
-from llmqueue.policies.view import Resident
+from llmqueue.engine.residents import Residents
+from llmqueue.policies.view import Request, check_plan
 from llmqueue.common import validation
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
@@ -42,7 +41,6 @@ from llmqueue.common import validation
 #: instant is settled), and batch choices come last.
 ROUTING = 1.5
 END_OF_INSTANT = 2
-UNLIMITED = sys.maxsize
 
 
 class Stalled(ValueError):
@@ -86,7 +84,7 @@ class Engine:
         slots = float("inf") if kmax is None else kmax
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
-        self.waiting: Deque[Resident] = deque()
+        self.waiting: Deque[Request] = deque()
         self.residents = Residents()
         self._check = not isinstance(self.policy, tuple(BUILTIN.values()))
         self._ticks: Dict[Tuple[int, int, int], int] = {}
@@ -96,7 +94,7 @@ class Engine:
         env.process(self._scheduler())
 
     # -- what the outside sees -------------------------------------------
-    def submit(self, r: Resident) -> None:
+    def submit(self, r: Request) -> None:
         """``r`` arrives now and joins the waiting line."""
         validation.token_count("prefill", r.vp)
         validation.token_count("decode", r.vd, minimum=1)
@@ -116,17 +114,15 @@ class Engine:
         if self.max_pending is not None and self.recorder.pending > self.max_pending:
             raise Diverged(self.env.now, self.recorder.pending)
 
-    def call(self, vp: int, vd: int, klass: Hashable = None,
-             rid: Optional[int] = None) -> simpy.Event:
+    def call(self, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
-        return an event that fires, with the :class:`Resident` as its value,
-        when its last token is done.  Ids number this engine's arrivals from 0
-        unless ``rid`` is given."""
-        r = Resident(self.recorder.arrivals if rid is None else rid, vp, vd, klass)
+        return an event that fires, with the :class:`Request` as its value,
+        when its last token is done.  Ids number this engine's arrivals from 0."""
+        r = Request(self.recorder.arrivals, vp, vd, klass)
         r.on_finished = self.env.event()
         self.submit(r)
 
-        def wait() -> Generator[simpy.Event, object, Resident]:
+        def wait() -> Generator[simpy.Event, object, Request]:
             yield r.on_finished
             return r
 
@@ -153,7 +149,7 @@ class Engine:
             yield self.pool.get(1)
             self._admit(waiting.popleft())
 
-    def _admit(self, r: Resident) -> None:
+    def _admit(self, r: Request) -> None:
         env = self.env
         self.residents.admit(r, env.now)
         if r.prefill_left > 0:
@@ -164,7 +160,7 @@ class Engine:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
-    def _request(self, r: Resident) -> Generator[simpy.Event, object, None]:
+    def _request(self, r: Request) -> Generator[simpy.Event, object, None]:
         """One request's life after admission: prefill, decode, release."""
         if r.on_prefilled is not None:
             yield r.on_prefilled
@@ -196,7 +192,7 @@ class Engine:
             # a free slot: an arrival could be admitted and change the next batch
             nxt = env.peek()
             if nxt != float("inf"):
-                k = min(k, -(-(nxt - env.now) // t))
+                k = min(k, ceil_div(nxt - env.now, t))
         if k > 1 and self.until is not None:
             k = min(k, (self.until - env.now - 1) // t)
         return max(k, 1)
@@ -274,5 +270,5 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float,
         if not (yield from wait_until(env, arrival[0], until, "arrival times")):
             return
         klass = arrival[3] if len(arrival) > 3 else None
-        engine.submit(Resident(rid, arrival[1], arrival[2], klass))
+        engine.submit(Request(rid, arrival[1], arrival[2], klass))
         rid += 1

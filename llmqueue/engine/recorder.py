@@ -18,9 +18,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llmqueue.common.units import to_seconds
+from llmqueue.common.units import ceil_div, to_seconds
 from llmqueue.theory.drift import edge_slope
-from llmqueue.policies.view import Plan, Resident
+from llmqueue.policies.view import Plan, Request
 
 BatchRow = Tuple[int, int, int, int, int, Tuple[int, ...], Tuple[Tuple[int, int], ...]]
 
@@ -56,7 +56,7 @@ class Recorder:
         self.tpot = array("d")
         self.e2e = array("d")
         self.batch_log: Optional[List[BatchRow]] = [] if batches else None
-        self.request_log: Optional[List[Resident]] = [] if requests else None
+        self.request_log: Optional[List[Request]] = [] if requests else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
         self.windows: List[Tuple[int, int]] = []
 
@@ -146,7 +146,7 @@ class Recorder:
         if done + n == k:
             self._run = None
 
-    def finish(self, now: int, r: Resident) -> None:
+    def finish(self, now: int, r: Request) -> None:
         """Request ``r`` produced its last token at ``now``."""
         self._advance(now)
         self.pending -= 1
@@ -234,7 +234,7 @@ def _violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -
         return 0
     if prefill == 0:
         return n
-    limit = -(-(demand - b) // prefill)  # first i with demand_i <= b
+    limit = ceil_div(demand - b, prefill)  # first i with demand_i <= b
     return max(0, min(i0 + n, limit) - i0)
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Deque, Iterable, List, Optional, Sequence, Tuple
 
-from llmqueue.common.units import to_ticks
+from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.engine.recorder import BatchRow
 from llmqueue.policies.builtin import Policy
-from llmqueue.policies.view import Resident, SimpleView
+from llmqueue.policies.view import Request, SimpleView
 
 INF = float("inf")
 
@@ -22,29 +22,29 @@ INF = float("inf")
 def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optional[int] = 128,
                   kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
                   horizon: Optional[float] = None
-                  ) -> Tuple[List[BatchRow], List[Resident]]:
+                  ) -> Tuple[List[BatchRow], List[Request]]:
     """Step the model; return the batch log and every request that arrived
     (times in nanoseconds, as the fast engine's logs)."""
     latency = latency or Staircase()
     policy = policy.for_engine(latency, kmax)
-    budget = bmax if bmax is not None else 2**62
+    budget = bmax if bmax is not None else UNLIMITED
     slots = kmax if kmax is not None else INF
     until = to_ticks(horizon) if horizon is not None else None
-    incoming: Deque[Resident] = deque()
+    incoming: Deque[Request] = deque()
     for rid, a in enumerate(arrivals):
         at = to_ticks(a[0])
         if until is not None and at >= until:
             break
-        r = Resident(rid, a[1], a[2], a[3] if len(a) > 3 else None)
+        r = Request(rid, a[1], a[2], a[3] if len(a) > 3 else None)
         r.arrival = at
         incoming.append(r)
     everyone = list(incoming)
-    waiting: Deque[Resident] = deque()
-    residents: List[Resident] = []
+    waiting: Deque[Request] = deque()
+    residents: List[Request] = []
     batches: List[BatchRow] = []
     now = 0
 
-    def admit(r: Resident, at: int) -> None:
+    def admit(r: Request, at: int) -> None:
         r.admitted = at
         if r.prefill_left == 0:
             r.prefill_done = at

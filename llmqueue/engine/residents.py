@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import sys
 from heapq import heapify, heappop, heappush
 from typing import Iterator, List, Sequence, Tuple
 
-from llmqueue.policies.view import Plan, Resident
+from llmqueue.common.units import UNLIMITED
+from llmqueue.policies.view import Plan, Request
 
-NEVER = sys.maxsize
 
 
-def _seq(r: Resident) -> int:
+def _seq(r: Request) -> int:
     return r.seq
 
 
@@ -31,19 +30,19 @@ class Residents:
     """
 
     def __init__(self) -> None:
-        self.decoding: List[Resident] = []
-        self.prefilling: List[Resident] = []
+        self.decoding: List[Request] = []
+        self.prefilling: List[Request] = []
         self.prefill_tokens = 0
         self.clock = [0]
-        self._heap: List[Tuple[int, int, Resident]] = []
-        self._fresh: List[Resident] = []
-        self._incoming: List[Resident] = []
+        self._heap: List[Tuple[int, int, Request]] = []
+        self._fresh: List[Request] = []
+        self._incoming: List[Request] = []
         self._next_seq = 0
 
     def __len__(self) -> int:
         return len(self.decoding) + len(self.prefilling) + len(self._incoming)
 
-    def __iter__(self) -> Iterator[Resident]:
+    def __iter__(self) -> Iterator[Request]:
         """Every resident, admitted or still joining."""
         return itertools.chain(self.decoding, self.prefilling, self._incoming)
 
@@ -52,14 +51,7 @@ class Residents:
         """Tokens a work-conserving batch would serve without a budget (SPEC 3)."""
         return self.prefill_tokens + len(self.decoding)
 
-    @property
-    def tokens_left(self) -> int:
-        """Unprocessed tokens of all residents."""
-        clock = self.clock[0]
-        return (self.prefill_tokens + sum(r.end_mark - clock for r in self.decoding)
-                + sum(r.vd for r in self.prefilling))
-
-    def admit(self, r: Resident, now: int) -> None:
+    def admit(self, r: Request, now: int) -> None:
         """Give ``r`` a slot at time ``now``; it joins the view at the next
         :meth:`settle`, so a batch already running never sees it."""
         r.seq = self._next_seq
@@ -80,7 +72,7 @@ class Residents:
                 self._start_decoding(r)
         self._incoming = []
 
-    def _start_decoding(self, r: Resident) -> None:
+    def _start_decoding(self, r: Request) -> None:
         r.end_mark = self.clock[0] + r.vd
         decoding = self.decoding
         if not decoding or decoding[-1].seq < r.seq:
@@ -98,12 +90,12 @@ class Residents:
             if r.end_mark == mark and r.finished is None:
                 return mark
             heappop(heap)
-        return NEVER
+        return UNLIMITED
 
     def repeats(self, plan: Plan) -> int:
         """How many times in a row ``plan`` can run with no resident changing
         phase before its last run (for a stationary policy)."""
-        k = NEVER
+        k = UNLIMITED
         if plan.decode:
             if len(plan.decode) == len(self.decoding):
                 k = self._next_finish() - self.clock[0]
@@ -114,12 +106,12 @@ class Residents:
         return k
 
     def apply(self, plan: Plan, k: int, start: int, t: int
-              ) -> Tuple[List[Resident], List[Resident]]:
+              ) -> Tuple[List[Request], List[Request]]:
         """Apply ``k`` back-to-back iterations of ``plan``, each ``t`` long, from
         ``start``.  Return the residents whose prefill completed and those that
         finished, with their times stamped."""
         end = start + k * t
-        finished: List[Resident] = []
+        finished: List[Request] = []
         decode = plan.decode
         if decode:
             first_end = start + t
@@ -146,7 +138,7 @@ class Residents:
             if len(heap) > 2 * len(self.decoding) + 64:
                 self._heap = [e for e in heap if e[2].end_mark == e[0] and e[2].finished is None]
                 heapify(self._heap)
-        prefilled: List[Resident] = []
+        prefilled: List[Request] = []
         for r, tokens in plan.prefill:
             served = tokens * k
             r.prefill_left -= served
@@ -159,34 +151,3 @@ class Residents:
             for r in prefilled:
                 self._start_decoding(r)
         return prefilled, finished
-
-
-def check_plan(plan: Plan, view: "Residents", budget: int, name: str) -> None:
-    """Raise ``ValueError`` unless ``plan`` obeys rules 6a-6d for ``view``."""
-    decoding = {id(r) for r in view.decoding}
-    prefilling = {id(r): r.prefill_left for r in view.prefilling}
-    seen = set()
-    for r in plan.decode:
-        if id(r) not in decoding or id(r) in seen:
-            raise ValueError(f"policy {name!r} gave a decode token to request {r.rid}, "
-                             "which is not a decoding resident or appears twice")
-        seen.add(id(r))
-    for r, tokens in plan.prefill:
-        left = prefilling.get(id(r))
-        if left is None or id(r) in seen or not 1 <= tokens <= left:
-            raise ValueError(f"policy {name!r} gave {tokens} prefill tokens to request "
-                             f"{r.rid}; allowed: 1..its remaining prefill, once per batch")
-        seen.add(id(r))
-    if plan.tokens > budget:
-        raise ValueError(f"policy {name!r} formed a batch of {plan.tokens} tokens; "
-                         f"bmax is {budget}")
-
-
-def members(plan: Plan) -> Tuple[Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
-    """The batch's members as request ids: decoders and (id, prefill tokens)."""
-    return tuple(r.rid for r in plan.decode), tuple((r.rid, n) for r, n in plan.prefill)
-
-
-def decode_left_of(residents: Sequence[Resident]) -> List[int]:
-    """Remaining decode tokens of each resident (for reports and tests)."""
-    return [r.decode_left for r in residents]

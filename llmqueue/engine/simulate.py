@@ -9,14 +9,14 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import simpy
 
-from llmqueue.common.units import to_seconds, to_ticks
+from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.theory.drift import window_times
 from llmqueue.engine.processes import Diverged, Engine, feed, restart_at, sample_windows
 from llmqueue.models.latency import LatencyModel
 from llmqueue.engine.recorder import BatchRow, Recorder
 from llmqueue.policies.builtin import make_policy
 from llmqueue.theory.stability import assess
-from llmqueue.policies.view import Resident
+from llmqueue.policies.view import Request
 from llmqueue.models.workload import Workload
 from llmqueue.common import validation
 
@@ -28,7 +28,7 @@ class Result:
     summary: Dict[str, object]
     params: Dict[str, object] = field(default_factory=dict)
     batch_log: Optional[List[BatchRow]] = None
-    request_log: Optional[List[Resident]] = None
+    request_log: Optional[List[Request]] = None
     series: Optional[List[Tuple[int, int, int]]] = None
     #: TTFT and TPOT (seconds) of every finished request, in finishing order
     ttft: Optional[np.ndarray] = None
@@ -118,7 +118,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     pol = make_policy(policy, chunked=chunked)
     env = simpy.Environment()
     until = to_ticks(horizon) if horizon is not None else None
-    recorder = Recorder(bmax if bmax is not None else 2**62, batches=batches,
+    recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=batches,
                         requests=requests, timeseries=timeseries)
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead, max_pending=max_pending)

@@ -18,7 +18,7 @@ import numpy as np
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.recorder import named_percentiles
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_sizes
-from llmqueue.policies.view import Resident
+from llmqueue.policies.view import Request
 from llmqueue.models.workload import Arrival, Workload
 from llmqueue.common import validation
 
@@ -67,7 +67,7 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
     return Workload(make, count, f"classes {names}, seed={seed}")
 
 
-def by_class(requests: Iterable[Resident], end: Optional[int] = None
+def by_class(requests: Iterable[Request], end: Optional[int] = None
              ) -> Dict[Hashable, Dict[str, object]]:
     """Per-class figures from a run's requests (``Result.request_log`` or a
     network's calls): counts, pending (time average over ``[0, end]`` and at
@@ -78,7 +78,7 @@ def by_class(requests: Iterable[Resident], end: Optional[int] = None
     if end is None:
         end = max((r.finished if r.finished is not None else r.arrival for r in requests),
                   default=0)
-    groups: Dict[Hashable, List[Resident]] = {}
+    groups: Dict[Hashable, List[Request]] = {}
     for r in requests:
         groups.setdefault(r.klass, []).append(r)
     out: Dict[Hashable, Dict[str, object]] = {}

@@ -18,7 +18,7 @@ import numpy as np
 import simpy
 
 from llmqueue.network.classes import by_class
-from llmqueue.common.units import to_ticks
+from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, wait_until
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.models.latency import LatencyModel
@@ -26,7 +26,7 @@ from llmqueue.engine.recorder import Recorder
 from llmqueue.policies.builtin import make_policy
 from llmqueue.network.routers import Router, make_router
 from llmqueue.engine.simulate import Result
-from llmqueue.policies.view import Resident
+from llmqueue.policies.view import Request
 from llmqueue.models.workload import Arrival
 from llmqueue.theory import capacity as theory
 from llmqueue.common import validation
@@ -77,7 +77,7 @@ class Network:
         """A new engine called ``name`` with its own policy, budget, slots and
         latency model (``policy`` as :func:`~llmqueue.make_policy` takes it)."""
         self._new_name(name)
-        recorder = Recorder(bmax if bmax is not None else 2**62, batches=self.batches,
+        recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=self.batches,
                             requests=True, timeseries=True)
         # engines of a network step one iteration at a time: a skipped run's single
         # timeout would be ordered differently among other engines' events at the
@@ -134,7 +134,7 @@ class Network:
     def call(self, target: str, vp: int, vd: int, klass: Hashable = None,
              routed: Optional[Callable[[Engine], None]] = None) -> simpy.Event:
         """Send a request to ``target`` now; the event fires with its
-        :class:`Resident` when its last token is done, and ``routed`` (if
+        :class:`Request` when its last token is done, and ``routed`` (if
         given) learns which engine took it.
 
         A pool routes the request once everything else of this instant has
@@ -257,7 +257,7 @@ def combine(engines: List[Engine], end: int) -> Result:
         summary["busy_fraction"] /= len(engines)
     caps = [capacity(e) for e in engines]
     summary.update(_load(summary, None if None in caps else sum(caps), total))
-    requests: List[Resident] = [r for e in engines for r in e.recorder.request_log]
+    requests: List[Request] = [r for e in engines for r in e.recorder.request_log]
     logs = [e.recorder.batch_log for e in engines]
     batches = None if None in logs else sorted((row for log in logs for row in log),
                                                key=lambda row: row[0])

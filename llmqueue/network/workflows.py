@@ -29,21 +29,21 @@ from llmqueue.engine.recorder import named_percentiles
 from llmqueue.common.units import to_seconds, to_ticks
 from llmqueue.engine.clock import wait_until
 from llmqueue.network.network import Network
-from llmqueue.policies.view import Resident
+from llmqueue.policies.view import Request
 from llmqueue.common import validation
 
 
 @dataclass
 class CallRecord:
     """One LLM call of a job: where it was sent, which engine took it, and
-    its event (whose value is the :class:`Resident` once it finished)."""
+    its event (whose value is the :class:`Request` once it finished)."""
 
     target: str
     engine: Optional[str]  # set when a pool has routed the call
     event: simpy.Event
 
     @property
-    def resident(self) -> Optional[Resident]:
+    def resident(self) -> Optional[Request]:
         """The finished request, or ``None`` while it runs."""
         return self.event.value if self.event.processed else None
 
@@ -86,7 +86,7 @@ class JobContext:
 
     def call(self, target: str, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Send a request to ``target`` (an engine or a pool) now; yield the
-        event to wait until it finishes (its value is the :class:`Resident`)."""
+        event to wait until it finishes (its value is the :class:`Request`)."""
         record = CallRecord(target, None, None)  # type: ignore[arg-type]
         record.event = self.net.call(target, vp, vd, self.record.klass if klass is None else klass,
                                      routed=lambda engine: setattr(record, "engine", engine.name))

@@ -7,9 +7,9 @@ from llmqueue.policies.builtin import (BUILTIN, ClassPriority, FasterTransformer
                                        FunctionPolicy, Orca, Policy, Sarathi, StepFill, VLLM,
                                        WholePrefill, make_policy, policy_names,
                                        register_policy, take_decodes, take_prefill)
-from llmqueue.policies.view import Plan, Resident, SimpleView, View, make_view, population
+from llmqueue.policies.view import Plan, Request, SimpleView, View, make_view, population
 
 __all__ = ["BUILTIN", "ClassPriority", "FasterTransformer", "FunctionPolicy", "Orca", "Plan",
-           "Policy", "Resident", "Sarathi", "SimpleView", "StepFill", "VLLM", "View",
+           "Policy", "Request", "Sarathi", "SimpleView", "StepFill", "VLLM", "View",
            "WholePrefill", "make_policy", "make_view", "policy_names", "population",
            "register_policy", "take_decodes", "take_prefill"]

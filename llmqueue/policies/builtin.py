@@ -24,25 +24,26 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel, Staircase, tokens_time
-from llmqueue.policies.view import Plan, Resident, SimpleView, View, population
+from llmqueue.common.units import ceil_div
+from llmqueue.policies.view import Plan, Request, SimpleView, View, population
 
 PlanFunction = Callable[[View, int], Plan]
 
 
-def take_decodes(decoding: Sequence[Resident], budget: int) -> Sequence[Resident]:
+def take_decodes(decoding: Sequence[Request], budget: int) -> Sequence[Request]:
     """The first ``budget`` decoders in admission order (all of them if they fit)."""
     return decoding if len(decoding) <= budget else decoding[:max(budget, 0)]
 
 
-def take_prefill(prefilling: Sequence[Resident], budget: int, chunked: bool,
-                 cap: Optional[int] = None) -> List[Tuple[Resident, int]]:
+def take_prefill(prefilling: Sequence[Request], budget: int, chunked: bool,
+                 cap: Optional[int] = None) -> List[Tuple[Request, int]]:
     """Prefill chunks in admission order within ``budget`` (and ``cap`` prefill tokens).
 
     Chunked, the last prompt served gets what is left of the budget; whole, the
     walk stops at the first prompt that does not fit.
     """
     left = budget if cap is None else min(budget, cap)
-    chunks: List[Tuple[Resident, int]] = []
+    chunks: List[Tuple[Request, int]] = []
     for r in prefilling:
         if left <= 0:
             break
@@ -57,7 +58,7 @@ def take_prefill(prefilling: Sequence[Resident], budget: int, chunked: bool,
     return chunks
 
 
-def _used(chunks: Sequence[Tuple[Resident, int]]) -> int:
+def _used(chunks: Sequence[Tuple[Request, int]]) -> int:
     return sum(tokens for _, tokens in chunks)
 
 
@@ -191,7 +192,7 @@ class StepFill(Policy):
         if end is None:
             model = self.latency
             if isinstance(model, Staircase):
-                end = min(budget, model.b0 * -(-decode // model.b0))
+                end = min(budget, model.b0 * ceil_div(decode, model.b0))
             else:
                 end = _last_within(lambda b: tokens_time(model, b), decode, budget)
             self._ends[key] = end
@@ -289,8 +290,8 @@ class ClassPriority(Policy):
             for r in getattr(view, attr):
                 group = groups.setdefault(self._rank(r.klass), SimpleView([], [], whole))
                 getattr(group, attr).append(r)
-        decode: List[Resident] = []
-        prefill: List[Tuple[Resident, int]] = []
+        decode: List[Request] = []
+        prefill: List[Tuple[Request, int]] = []
         for rank in sorted(groups):
             if budget <= 0:
                 break

@@ -15,9 +15,11 @@ from typing import Hashable, List, NamedTuple, Optional, Protocol, Sequence, Tup
 _NO_CLOCK: List[int] = [0]
 
 
-class Resident:
-    """One request holding a slot in an engine.
+class Request:
+    """One request: its sizes, its progress and its timestamps (integer ns).
 
+    A request is *waiting* until it gets a slot and a *resident* from then
+    until its last decode token; policies see residents only.
     ``decode_left`` is derived from ``end_mark`` and a clock shared by all
     residents of an engine: the fast engine advances every decoder at once by
     ticking the clock instead of touching each resident.
@@ -55,23 +57,23 @@ class Resident:
         self.end_mark = value + self.clock[0]
 
     def __repr__(self) -> str:
-        return (f"Resident(rid={self.rid}, prefill_left={self.prefill_left}, "
+        return (f"Request(rid={self.rid}, prefill_left={self.prefill_left}, "
                 f"decode_left={self.decode_left})")
 
 
 class View(Protocol):
     """The residents of one engine at the start of an iteration."""
 
-    decoding: Sequence[Resident]
-    prefilling: Sequence[Resident]
+    decoding: Sequence[Request]
+    prefilling: Sequence[Request]
 
 
 class Plan(NamedTuple):
     """One iteration's batch: a decode token for each of ``decode`` and the
     prefill chunks ``(resident, tokens)`` of ``prefill``."""
 
-    decode: Sequence[Resident]
-    prefill: Sequence[Tuple[Resident, int]]
+    decode: Sequence[Request]
+    prefill: Sequence[Tuple[Request, int]]
 
     @property
     def prefill_tokens(self) -> int:
@@ -92,8 +94,8 @@ class SimpleView(NamedTuple):
     number of residents of the whole engine when this view shows only some
     of them (a class under class priority); ``None`` means these are all."""
 
-    decoding: Sequence[Resident]
-    prefilling: Sequence[Resident]
+    decoding: Sequence[Request]
+    prefilling: Sequence[Request]
     population: Optional[int] = None
 
 
@@ -107,10 +109,31 @@ def make_view(residents: Sequence[Tuple[Hashable, int, int]],
               classes: Optional[Sequence[Hashable]] = None) -> SimpleView:
     """Build a view from ``(rid, prefill_left, decode_left)`` triples in
     admission order, for testing policies without a simulation."""
-    decoding: List[Resident] = []
-    prefilling: List[Resident] = []
+    decoding: List[Request] = []
+    prefilling: List[Request] = []
     for seq, (rid, prefill_left, decode_left) in enumerate(residents):
         klass = classes[seq] if classes is not None else None
-        r = Resident(rid, prefill_left, decode_left, klass=klass, seq=seq)
+        r = Request(rid, prefill_left, decode_left, klass=klass, seq=seq)
         (prefilling if prefill_left > 0 else decoding).append(r)
     return SimpleView(decoding, prefilling)
+
+
+def check_plan(plan: Plan, view: View, budget: int, name: str) -> None:
+    """Raise ``ValueError`` unless ``plan`` obeys rules 6a-6d for ``view``."""
+    decoding = {id(r) for r in view.decoding}
+    prefilling = {id(r): r.prefill_left for r in view.prefilling}
+    seen = set()
+    for r in plan.decode:
+        if id(r) not in decoding or id(r) in seen:
+            raise ValueError(f"policy {name!r} gave a decode token to request {r.rid}, "
+                             "which is not a decoding resident or appears twice")
+        seen.add(id(r))
+    for r, tokens in plan.prefill:
+        left = prefilling.get(id(r))
+        if left is None or id(r) in seen or not 1 <= tokens <= left:
+            raise ValueError(f"policy {name!r} gave {tokens} prefill tokens to request "
+                             f"{r.rid}; allowed: 1..its remaining prefill, once per batch")
+        seen.add(id(r))
+    if plan.tokens > budget:
+        raise ValueError(f"policy {name!r} formed a batch of {plan.tokens} tokens; "
+                         f"bmax is {budget}")
