@@ -10,7 +10,7 @@ import pytest
 import llmqueue as q
 from llmqueue.cli.main import main
 from llmqueue.experiments import sarathi_demo as demo
-from llmqueue.engine.simulate import Result
+from llmqueue.engine.results import Result
 from invariants import check_run
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

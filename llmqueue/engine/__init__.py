@@ -5,6 +5,8 @@ residents structure, the recorder of metric streams, the results schema,
 Imports common, models, policies and theory."""
 
 from llmqueue.engine.processes import Diverged, Engine, Stalled
-from llmqueue.engine.simulate import Result, simulate
+from llmqueue.engine.results import Batch, RequestTimes, Result, Summary
+from llmqueue.engine.simulate import simulate
 
-__all__ = ["Diverged", "Engine", "Result", "Stalled", "simulate"]
+__all__ = ["Batch", "Diverged", "Engine", "RequestTimes", "Result", "Stalled", "Summary",
+           "simulate"]

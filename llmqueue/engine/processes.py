@@ -242,33 +242,3 @@ class Engine:
             for r in finished:
                 recorder.finish(now, r)
                 r.on_finished.succeed()
-
-
-def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]
-                   ) -> Generator[simpy.Event, object, None]:
-    """A process that snapshots ``recorder`` at each edge before the horizon
-    (the recorder adds the last one when it closes)."""
-    for edge in edges:
-        if edge > env.now:
-            yield env.timeout(edge - env.now)
-        recorder.snapshot(edge)
-
-
-def restart_at(env: simpy.Environment, recorder: Recorder, at: int
-               ) -> Generator[simpy.Event, object, None]:
-    """A process that restarts ``recorder`` at ``at`` (warm-up deletion)."""
-    yield env.timeout(at - env.now)
-    recorder.restart(at)
-
-
-def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
-         until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
-    """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
-    at their times, numbering requests from 0 in arrival order."""
-    rid = 0
-    for arrival in arrivals:
-        if not (yield from wait_until(env, arrival[0], until, "arrival times")):
-            return
-        klass = arrival[3] if len(arrival) > 3 else None
-        engine.submit(Request(rid, arrival[1], arrival[2], klass))
-        rid += 1

@@ -20,9 +20,26 @@ import numpy as np
 
 from llmqueue.common.units import ceil_div, to_seconds
 from llmqueue.theory.drift import edge_slope
+from llmqueue.engine.results import Batch, Summary
 from llmqueue.policies.view import Plan, Request
 
-BatchRow = Tuple[int, int, int, int, int, Tuple[int, ...], Tuple[Tuple[int, int], ...]]
+
+class _Run:
+    """``k`` iterations of one plan, each ``t`` long, from ``start``; ``done``
+    of them committed so far."""
+
+    __slots__ = ("start", "t", "k", "decode", "prefill", "requests", "demand", "done")
+
+    def __init__(self, start: int, t: int, k: int, decode: int, prefill: int,
+                 requests: int, demand: int) -> None:
+        self.start = start
+        self.t = t
+        self.k = k
+        self.decode = decode
+        self.prefill = prefill
+        self.requests = requests
+        self.demand = demand
+        self.done = 0
 
 
 class Recorder:
@@ -50,12 +67,12 @@ class Recorder:
         self.prefill_only = 0
         self.busy = 0
         self.wc_violations = 0
-        self._run: Optional[List[int]] = None
+        self._run: Optional[_Run] = None
         self._members: Tuple[Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), ())
         self.ttft = array("d")
         self.tpot = array("d")
         self.e2e = array("d")
-        self.batch_log: Optional[List[BatchRow]] = [] if batches else None
+        self.batch_log: Optional[List[Batch]] = [] if batches else None
         self.request_log: Optional[List[Request]] = [] if requests else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
         self.windows: List[Tuple[int, int]] = []
@@ -97,7 +114,7 @@ class Recorder:
     def start_run(self, start: int, t: int, k: int, plan: Plan, decode: int,
                   prefill: int, requests: int, demand: int) -> None:
         """``k`` iterations of ``plan``, each ``t`` long, begin at ``start``."""
-        self._run = [start, t, k, decode, prefill, requests, demand, 0]
+        self._run = _Run(start, t, k, decode, prefill, requests, demand)
         if self.batch_log is not None:
             self._members = (tuple(r.rid for r in plan.decode),
                              tuple((r.rid, n) for r, n in plan.prefill))
@@ -107,7 +124,8 @@ class Recorder:
         run = self._run
         if run is None:
             return
-        start, t, k, decode, prefill, requests, demand, done = run
+        start, t, k, done = run.start, run.t, run.k, run.done
+        decode, prefill = run.decode, run.prefill
         n = min(k, (now - start) // t) - done
         if n <= 0:
             return
@@ -137,12 +155,12 @@ class Recorder:
                 self.decode_only += n
         else:
             self.prefill_only += n
-        self.wc_violations += _violations(done, n, b, self.bmax, demand, prefill)
+        self.wc_violations += _violations(done, n, b, self.bmax, run.demand, prefill)
         if self.batch_log is not None:
             rids, chunks = self._members
-            self.batch_log.extend((start + i * t, t, prefill, decode, requests, rids, chunks)
-                                  for i in range(done, done + n))
-        run[7] = done + n
+            self.batch_log.extend(Batch(start + i * t, t, prefill, decode, run.requests, rids,
+                                        chunks) for i in range(done, done + n))
+        run.done = done + n
         if done + n == k:
             self._run = None
 
@@ -189,7 +207,7 @@ class Recorder:
         self.backlog_max = max(self.backlog_max, self.backlog)
 
     # -- results ---------------------------------------------------------
-    def summary(self, end: int, waiting: int, residents: int) -> Dict[str, object]:
+    def summary(self, end: int, waiting: int, residents: int) -> Summary:
         """The summary figures of the ``--json`` contract (times in seconds),
         over ``[origin, end]`` (origin 0 unless :meth:`restart` moved it)."""
         span = end - self._origin
@@ -197,7 +215,7 @@ class Recorder:
         slope, slope_se = edge_slope([t for t, _ in self.windows],
                                      [b for _, b in self.windows])
         tpot = percentiles(self.tpot)
-        return {
+        return Summary.of_run(**{
             "arrivals": self.arrivals,
             "completed": self.completed,
             "residents_final": residents,
@@ -224,7 +242,7 @@ class Recorder:
             "backlog_slope": slope,
             "backlog_slope_se": slope_se,
             "duration": to_seconds(span),
-        }
+        })
 
 
 def _violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -> int:

@@ -12,7 +12,7 @@ from typing import Deque, Iterable, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.models.latency import LatencyModel, Staircase
-from llmqueue.engine.recorder import BatchRow
+from llmqueue.engine.results import Batch
 from llmqueue.policies.builtin import Policy
 from llmqueue.policies.view import Request, SimpleView
 
@@ -22,7 +22,7 @@ INF = float("inf")
 def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optional[int] = 128,
                   kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
                   horizon: Optional[float] = None
-                  ) -> Tuple[List[BatchRow], List[Request]]:
+                  ) -> Tuple[List[Batch], List[Request]]:
     """Step the model; return the batch log and every request that arrived
     (times in nanoseconds, as the fast engine's logs)."""
     latency = latency or Staircase()
@@ -41,7 +41,7 @@ def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optiona
     everyone = list(incoming)
     waiting: Deque[Request] = deque()
     residents: List[Request] = []
-    batches: List[BatchRow] = []
+    batches: List[Batch] = []
     now = 0
 
     def admit(r: Request, at: int) -> None:
@@ -78,8 +78,8 @@ def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optiona
             arrive_until(until, inclusive=False)  # they came before the horizon
             break
         arrive_until(end, inclusive=False)
-        batches.append((now, t, prefill, decode, requests, tuple(r.rid for r in plan.decode),
-                        tuple((r.rid, n) for r, n in plan.prefill)))
+        batches.append(Batch(now, t, prefill, decode, requests, tuple(r.rid for r in plan.decode),
+                              tuple((r.rid, n) for r, n in plan.prefill)))
         for r in plan.decode:
             r.decode_left -= 1
             if r.first_token is None:

@@ -11,84 +11,16 @@ import simpy
 
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.theory.drift import window_times
-from llmqueue.engine.processes import Diverged, Engine, feed, restart_at, sample_windows
+from llmqueue.engine.clock import wait_until
+from llmqueue.engine.processes import Diverged, Engine
 from llmqueue.models.latency import LatencyModel
-from llmqueue.engine.recorder import BatchRow, Recorder
+from llmqueue.engine.recorder import Recorder
+from llmqueue.engine.results import Result
 from llmqueue.policies.builtin import make_policy
 from llmqueue.theory.stability import assess
 from llmqueue.policies.view import Request
 from llmqueue.models.workload import Workload
 from llmqueue.common import validation
-
-
-@dataclass
-class Result:
-    """What one run produced: its summary and whatever logs were asked for."""
-
-    summary: Dict[str, object]
-    params: Dict[str, object] = field(default_factory=dict)
-    batch_log: Optional[List[BatchRow]] = None
-    request_log: Optional[List[Request]] = None
-    series: Optional[List[Tuple[int, int, int]]] = None
-    #: TTFT and TPOT (seconds) of every finished request, in finishing order
-    ttft: Optional[np.ndarray] = None
-    tpot: Optional[np.ndarray] = None
-
-    def row(self, label: str) -> Dict[str, object]:
-        """The summary as one row of the ``--json`` contract."""
-        return {"label": label, **self.summary}
-
-    def batches(self) -> List[Dict[str, object]]:
-        """The batch log: one dict per iteration, times in seconds."""
-        _need(self.batch_log, "batches")
-        return [{"start": to_seconds(s), "duration": to_seconds(t), "prefill_tokens": p,
-                 "decode_tokens": d, "requests": n, "decode": list(rids),
-                 "prefill": dict(chunks)}
-                for s, t, p, d, n, rids, chunks in self.batch_log]
-
-    def timeseries(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(time s, pending, backlog)`` arrays, a point at each change."""
-        _need(self.series, "timeseries")
-        rows = np.array(self.series, dtype=float).reshape(-1, 3)
-        return rows[:, 0] / 1e9, rows[:, 1], rows[:, 2]
-
-    def write_batches(self, path: str) -> None:
-        """CSV ``start,duration,prefill_tokens,decode_tokens,requests,members``."""
-        _need(self.batch_log, "batches")
-        with open(path, "w", newline="") as handle:
-            out = csv.writer(handle)
-            out.writerow(["start", "duration", "prefill_tokens", "decode_tokens",
-                          "requests", "members"])
-            for s, t, p, d, n, rids, chunks in self.batch_log:
-                members = [f"{rid}:d" for rid in rids] + [f"{rid}:p{c}" for rid, c in chunks]
-                out.writerow([to_seconds(s), to_seconds(t), p, d, n, " ".join(members)])
-
-    def write_requests(self, path: str) -> None:
-        """CSV ``id,arrival,admitted,prefill_done,first_token,finished,vp,vd``;
-        empty cells for what had not happened when the run ended."""
-        _need(self.request_log, "requests")
-        with open(path, "w", newline="") as handle:
-            out = csv.writer(handle)
-            out.writerow(["id", "arrival", "admitted", "prefill_done", "first_token",
-                          "finished", "vp", "vd"])
-            for r in sorted(self.request_log, key=lambda r: r.rid):
-                times = [r.arrival, r.admitted, r.prefill_done, r.first_token, r.finished]
-                out.writerow([r.rid] + ["" if x is None else to_seconds(x) for x in times]
-                             + [r.vp, r.vd])
-
-    def write_timeseries(self, path: str) -> None:
-        """CSV ``time,pending,backlog``, a row at each change."""
-        _need(self.series, "timeseries")
-        with open(path, "w", newline="") as handle:
-            out = csv.writer(handle)
-            out.writerow(["time", "pending", "backlog"])
-            for t, pending, backlog in self.series:
-                out.writerow([to_seconds(t), pending, backlog])
-
-
-def _need(log: object, name: str) -> None:
-    if log is None:
-        raise ValueError(f"this run kept no {name} log; run it with {name}=True")
 
 
 def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[int] = 128,
@@ -141,16 +73,45 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         recorder.request_log.extend(engine.waiting)
     summary = recorder.summary(end, waiting=len(engine.waiting),
                                residents=len(engine.residents))
-    summary.update(assess(summary, rate=getattr(workload, "rate", None),
+    summary = summary.with_figures(**assess(summary, rate=getattr(workload, "rate", None),
                           mean_prefill=getattr(workload, "mean_prefill", None),
                           mean_decode=getattr(workload, "mean_decode", None),
                           work_conserving=pol.work_conserving, bmax=bmax, kmax=kmax,
-                          latency=engine.latency))
-    summary["diverged_at"] = None
+                          latency=engine.latency), diverged_at=None)
     if diverged is not None:
-        summary.update(verdict="diverged", diverged_at=to_seconds(diverged.now))
+        summary = summary.with_figures(verdict="diverged", diverged_at=to_seconds(diverged.now))
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
               "latency": repr(engine.latency), "horizon": horizon, "warmup": warmup,
               "workload": getattr(workload, "description", repr(workload))}
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   np.array(recorder.ttft), np.array(recorder.tpot))
+
+
+def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]
+                   ) -> Generator[simpy.Event, object, None]:
+    """A process that snapshots ``recorder`` at each edge before the horizon
+    (the recorder adds the last one when it closes)."""
+    for edge in edges:
+        if edge > env.now:
+            yield env.timeout(edge - env.now)
+        recorder.snapshot(edge)
+
+
+def restart_at(env: simpy.Environment, recorder: Recorder, at: int
+               ) -> Generator[simpy.Event, object, None]:
+    """A process that restarts ``recorder`` at ``at`` (warm-up deletion)."""
+    yield env.timeout(at - env.now)
+    recorder.restart(at)
+
+
+def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
+         until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
+    """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
+    at their times, numbering requests from 0 in arrival order."""
+    rid = 0
+    for arrival in arrivals:
+        if not (yield from wait_until(env, arrival[0], until, "arrival times")):
+            return
+        klass = arrival[3] if len(arrival) > 3 else None
+        engine.submit(Request(rid, arrival[1], arrival[2], klass))
+        rid += 1

@@ -63,9 +63,9 @@ def simulate_agents(params: Dict[str, object], horizon: float, seed: int,
     per_job = expected_tokens_per_job(params["review"])
     for name, engine in net.engines.items():
         cap = capacity(engine)
-        result.engines[name].summary["load_expected"] = (
-            params["rate"] * per_job[name] / cap if cap else None)
-    result.total.summary.update(job_summary(jobs))
+        result.engines[name].add_figures(
+            load_expected=params["rate"] * per_job[name] / cap if cap else None)
+    result.total.add_figures(**job_summary(jobs))
     return result, jobs
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llmqueue.models.latency import Staircase
-from llmqueue.engine.simulate import Result, simulate
+from llmqueue.engine.results import Result
+from llmqueue.engine.simulate import simulate
 from llmqueue.models.workload import Workload
 
 Rows = List[Tuple[str, Result]]

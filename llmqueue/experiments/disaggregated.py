@@ -21,7 +21,7 @@ from llmqueue.theory import capacity as theory
 from llmqueue.engine.recorder import named_percentiles
 from llmqueue.common.units import to_seconds
 from llmqueue.network.network import Network
-from llmqueue.engine.simulate import Result
+from llmqueue.engine.results import Result
 from llmqueue.models.sizes import Geometric
 from llmqueue.network.workflows import JobContext, JobRecord, start_jobs
 from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
@@ -122,9 +122,8 @@ def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: in
     rows = [(f"{mode}/{pool}", net.combine([pool])) for pool in pools] if mode != "colocated" \
         else []
     total = result.total
-    total.summary.update(request_figures(jobs))
-    total.summary["arrival_rate"] = rate
-    total.summary["load_limit"] = load_limit(params, mode)
+    total.add_figures(**request_figures(jobs), arrival_rate=rate,
+                      load_limit=load_limit(params, mode))
     rows.append((f"{mode}/total", total))
     return rows
 

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llmqueue.engine.simulate import Result, simulate
+from llmqueue.engine.results import Result
+from llmqueue.engine.simulate import simulate
 from llmqueue.models.workload import renewal
 from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
 from llmqueue.experiments import point_c

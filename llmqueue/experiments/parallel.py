@@ -74,7 +74,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
         result = simulate_router(params, router, horizon or HORIZON, seed or 0,
                                  logs.get("batches", False))
         for _, r in result.rows():
-            r.summary["router"] = router
+            r.add_figures(router=router)
         rows.extend(result.rows() if len(routers) == 1 else [(router, result.total)])
     return rows
 

@@ -90,8 +90,8 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
     for priority in priorities:
         result, jobs = simulate_priority(priority, horizon or HORIZON, params["load"],
                                          seed or 0, logs.get("batches", False))
-        result.total.summary.update(job_summary(jobs["A"] + jobs["B"]))
-        result.total.summary["classes"] = {str(k): v for k, v in result.by_class().items()}
+        result.total.add_figures(**job_summary(jobs["A"] + jobs["B"]),
+                                 classes={str(k): v for k, v in result.by_class().items()})
         rows.extend(result.rows(prefix=f"{priority}/"))
     return rows
 

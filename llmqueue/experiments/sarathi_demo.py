@@ -23,7 +23,8 @@ from llmqueue.common import validation
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.latency import StepModel
 from llmqueue.policies.builtin import Sarathi, WholePrefill
-from llmqueue.engine.simulate import Result, simulate
+from llmqueue.engine.results import Result
+from llmqueue.engine.simulate import simulate
 from llmqueue.models.sizes import Mixture, UniformInt
 from llmqueue.models.workload import Workload, compose
 from llmqueue.experiments.base import Param, Rows, Scenario, register
@@ -67,7 +68,7 @@ def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: 
     add ``output_tokens_per_s`` (output tokens / makespan) to the summary."""
     result = simulate(stream, policy, bmax=None, kmax=kmax, latency=StepModel(), **logs)
     output = sum(a.decode for a in stream)
-    result.summary["output_tokens_per_s"] = output / result.summary["duration"]
+    result.add_figures(output_tokens_per_s=output / result.summary["duration"])
     return result
 
 

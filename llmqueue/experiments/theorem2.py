@@ -16,7 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from llmqueue.theory import capacity as theory
-from llmqueue.engine.simulate import Result
+from llmqueue.engine.results import Result
 from llmqueue.experiments import single
 from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
 

@@ -36,7 +36,7 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
         for scheduler, bmax in RUNS:
             result = simulate(renewal(gap, point_c.PREFILL, point_c.DECODE), scheduler,
                               bmax=bmax, kmax=point_c.KMAX, horizon=span, **logs)
-            result.summary["gap"] = gap
+            result.add_figures(gap=gap)
             rows.append((f"{scheduler}-{bmax} @ {gap:g} s", result))
     return rows
 

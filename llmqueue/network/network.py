@@ -25,7 +25,7 @@ from llmqueue.models.latency import LatencyModel
 from llmqueue.engine.recorder import Recorder
 from llmqueue.policies.builtin import make_policy
 from llmqueue.network.routers import Router, make_router
-from llmqueue.engine.simulate import Result
+from llmqueue.engine.results import Result, Summary
 from llmqueue.policies.view import Request
 from llmqueue.models.workload import Arrival
 from llmqueue.theory import capacity as theory
@@ -211,13 +211,13 @@ def _engine_result(engine: Engine, end: int) -> Result:
     recorder.request_log.extend(engine.waiting)
     summary = recorder.summary(end, waiting=len(engine.waiting),
                                residents=len(engine.residents))
-    summary.update(_load(summary, capacity(engine), recorder))
+    summary = summary.with_figures(**_load(summary, capacity(engine), recorder))
     params = {"engine": engine.name, "scheduler": engine.policy.name, "bmax": engine.bmax,
               "kmax": engine.kmax, "latency": repr(engine.latency)}
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series)
 
 
-def _load(summary: Dict[str, object], cap: Optional[float], recorder: Recorder
+def _load(summary: Summary, cap: Optional[float], recorder: Recorder
           ) -> Dict[str, Optional[float]]:
     """Offered token rate (tokens that arrived per second) against capacity."""
     seconds = summary["duration"]
@@ -253,10 +253,10 @@ def combine(engines: List[Engine], end: int) -> Result:
     waiting = sum(len(e.waiting) for e in engines)
     residents = sum(len(e.residents) for e in engines)
     summary = total.summary(end, waiting=waiting, residents=residents)
-    if summary["busy_fraction"] is not None:
-        summary["busy_fraction"] /= len(engines)
+    if summary.busy_fraction is not None:
+        summary = summary.with_figures(busy_fraction=summary.busy_fraction / len(engines))
     caps = [capacity(e) for e in engines]
-    summary.update(_load(summary, None if None in caps else sum(caps), total))
+    summary = summary.with_figures(**_load(summary, None if None in caps else sum(caps), total))
     requests: List[Request] = [r for e in engines for r in e.recorder.request_log]
     logs = [e.recorder.batch_log for e in engines]
     batches = None if None in logs else sorted((row for log in logs for row in log),

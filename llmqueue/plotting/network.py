@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from llmqueue.plotting.pending import plt, save
-from llmqueue.engine.simulate import Result
+from llmqueue.engine.results import Result
 
 
 def plot_backlogs(panels: Sequence[Tuple[str, Dict[str, Result]]], path: str, title: str,

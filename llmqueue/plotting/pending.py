@@ -11,7 +11,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from llmqueue.engine.simulate import Result  # noqa: E402
+from llmqueue.engine.results import Result  # noqa: E402
 
 
 def plot_pending(rows: Sequence[Tuple[str, Result]], path: str, title: str,

@@ -10,7 +10,7 @@ from matplotlib.patches import Polygon
 from llmqueue.models.latency import Staircase
 from llmqueue.plotting.pending import save
 from llmqueue.theory.region import stability_region, vertex_c
-from llmqueue.engine.simulate import Result
+from llmqueue.engine.results import Result
 
 MARKERS = {"stable": ("o", "tab:green"), "unstable": ("X", "tab:red"),
            "inconclusive": ("s", "tab:grey")}

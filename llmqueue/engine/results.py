@@ -1,0 +1,281 @@
+"""What a run produces, in one schema: a :class:`Summary` of figures, the
+iterations as :class:`Batch` rows, the requests as :class:`RequestTimes` rows,
+and the :class:`Result` holding them with its CSV writers.
+
+Times are seconds at this boundary.  Inside the engine they are integer
+nanoseconds; :attr:`Result.batch_log` and :attr:`Result.request_log` keep that
+internal form (exact, for equivalence tests), and :meth:`Result.batches`,
+:meth:`Result.requests` and the writers convert.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from llmqueue.common.units import to_seconds
+from llmqueue.policies.view import Request
+
+
+class Batch(NamedTuple):
+    """One iteration: when it ran, its tokens and its members."""
+
+    start: int
+    """Start time (ns in :attr:`Result.batch_log`)."""
+    duration: int
+    """Length of the iteration, t_b (ns)."""
+    prefill_tokens: int
+    """Prefill tokens in the batch."""
+    decode_tokens: int
+    """Decode tokens in the batch (one per decoding member)."""
+    requests: int
+    """Requests served: decoders plus prefill chunks."""
+    decode: Tuple[int, ...]
+    """Ids of the requests that got a decode token."""
+    prefill: Tuple[Tuple[int, int], ...]
+    """``(id, tokens)`` of every prefill chunk."""
+
+
+class RequestTimes(NamedTuple):
+    """One request's life in seconds (``None`` for what had not happened when
+    the run ended) and its sizes."""
+
+    id: int
+    """Request id: arrivals numbered from 0 in arrival order (per engine)."""
+    arrival: float
+    admitted: Optional[float]
+    """When it got a slot."""
+    prefill_done: Optional[float]
+    first_token: Optional[float]
+    """End of its first decode iteration (TTFT = first_token - arrival)."""
+    finished: Optional[float]
+    vp: int
+    """Prefill (prompt) tokens."""
+    vd: int
+    """Decode (output) tokens."""
+
+    @classmethod
+    def of(cls, r: Request) -> "RequestTimes":
+        """The record of request ``r`` (whose times are in ns)."""
+        def s(t: Optional[int]) -> Optional[float]:
+            return None if t is None else to_seconds(t)
+        return cls(r.rid, to_seconds(r.arrival), s(r.admitted), s(r.prefill_done),
+                   s(r.first_token), s(r.finished), r.vp, r.vd)
+
+
+@dataclass(frozen=True, eq=False)
+class Summary(Mapping[str, object]):
+    """The figures of one run (SPEC section 5), times in seconds.
+
+    It reads like the ``--json`` row it becomes (``summary["pending_mean"]``,
+    ``dict(summary)``); the typed fields below are the engine's own figures,
+    and :attr:`figures` holds those a caller adds (stability verdicts, an
+    experiment's own columns).  Rows that aggregate several runs (built with
+    :meth:`from_mapping`) hold only the fields they were given.
+    """
+
+    arrivals: Optional[int] = None
+    """Requests that arrived in the observed span."""
+    completed: Optional[int] = None
+    """Requests that finished in the observed span."""
+    residents_final: Optional[int] = None
+    """Requests holding a slot at the end."""
+    waiting_final: Optional[int] = None
+    """Requests waiting for a slot at the end."""
+    pending_mean: Optional[float] = None
+    """Time average of pending (residents + waiting), requests."""
+    pending_max: Optional[int] = None
+    """Largest pending held for a positive time, requests."""
+    pending_final: Optional[int] = None
+    """Pending at the end, requests."""
+    backlog_mean: Optional[float] = None
+    """Time average of the unprocessed tokens in the system, tokens."""
+    backlog_max: Optional[int] = None
+    """Largest backlog held for a positive time, tokens."""
+    backlog_final: Optional[int] = None
+    """Backlog at the end, tokens."""
+    batches: Optional[int] = None
+    """Iterations run."""
+    decode_batch_mean: Optional[float] = None
+    """Mean decode tokens over the iterations holding at least one decode."""
+    mixed_fraction: Optional[float] = None
+    """Share of iterations with both prefill and decode tokens."""
+    decode_only_fraction: Optional[float] = None
+    """Share of iterations with decode tokens only."""
+    prefill_only_fraction: Optional[float] = None
+    """Share of iterations with prefill tokens only."""
+    busy_fraction: Optional[float] = None
+    """Share of the span the GPU ran iterations."""
+    throughput_tokens_per_s: Optional[float] = None
+    """Tokens processed per second of the span."""
+    ttft_p50: Optional[float] = None
+    """Time to first token, median, s."""
+    ttft_p90: Optional[float] = None
+    """Time to first token, 90th percentile, s."""
+    ttft_p99: Optional[float] = None
+    """Time to first token, 99th percentile, s."""
+    tpot_p50: Optional[float] = None
+    """Time per output token after the first, median, s."""
+    tpot_p90: Optional[float] = None
+    """Time per output token, 90th percentile, s."""
+    tpot_p99: Optional[float] = None
+    """Time per output token, 99th percentile, s."""
+    e2e_mean: Optional[float] = None
+    """Mean arrival-to-finish latency of finished requests, s."""
+    non_work_conserving_batches: Optional[int] = None
+    """Iterations smaller than min(bmax, demand) (SPEC 3)."""
+    backlog_slope: Optional[float] = None
+    """Backlog drift over the second half of the span, tokens/s."""
+    backlog_slope_se: Optional[float] = None
+    """Standard error of :attr:`backlog_slope`, tokens/s."""
+    duration: Optional[float] = None
+    """Length of the observed span (after any warm-up), s."""
+    figures: Mapping[str, object] = field(default_factory=dict)
+    """Further figures by name, in the order they were added."""
+    present: Tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """The typed fields this summary holds (all, for one run's summary)."""
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> "Summary":
+        """A summary holding exactly ``values``: names of typed fields fill
+        those fields, the others go to :attr:`figures`."""
+        typed = {k: v for k, v in values.items() if k in _TYPED}
+        rest = {k: v for k, v in values.items() if k not in _TYPED}
+        return cls(**typed, figures=rest, present=tuple(typed))  # type: ignore[arg-type]
+
+    @classmethod
+    def of_run(cls, **values: object) -> "Summary":
+        """One run's summary: every typed field must be given."""
+        missing = [name for name in _TYPED if name not in values]
+        if missing:
+            raise TypeError(f"a run's summary needs {', '.join(missing)}")
+        return cls.from_mapping(values)
+
+    def with_figures(self, **values: object) -> "Summary":
+        """This summary with ``values`` set (typed fields replaced, others added
+        to :attr:`figures`)."""
+        typed = {k: v for k, v in values.items() if k in _TYPED}
+        rest = {k: v for k, v in values.items() if k not in _TYPED}
+        present = self.present + tuple(k for k in typed if k not in self.present)
+        return dataclasses.replace(self, **typed, figures={**self.figures, **rest},
+                                   present=present)  # type: ignore[arg-type]
+
+    def as_dict(self) -> Dict[str, object]:
+        """The figures as one plain dict: typed fields first, in their order."""
+        out = {name: getattr(self, name) for name in _TYPED if name in self.present}
+        out.update(self.figures)
+        return out
+
+    def __getitem__(self, key: str) -> object:
+        if key in _TYPED and key in self.present:
+            return getattr(self, key)
+        return self.figures[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.present) + len(self.figures)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any mapping with the same figures (a summary is its row)."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return self.as_dict() == dict(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a mapping of mutable figures
+
+
+_TYPED: Tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Summary)
+                                if f.name not in ("figures", "present"))
+
+
+@dataclass
+class Result:
+    """What one run produced: its summary and whatever logs were asked for."""
+
+    summary: Summary
+    params: Dict[str, object] = field(default_factory=dict)
+    batch_log: Optional[List[Batch]] = None
+    """Every iteration, times in ns (kept when run with ``batches=True``)."""
+    request_log: Optional[List[Request]] = None
+    """Every request that arrived, times in ns (``requests=True``)."""
+    series: Optional[List[Tuple[int, int, int]]] = None
+    """``(time ns, pending, backlog)`` at each change (``timeseries=True``)."""
+    ttft: Optional[np.ndarray] = None
+    """TTFT (s) of every finished request, in finishing order."""
+    tpot: Optional[np.ndarray] = None
+    """TPOT (s) of every finished request with vd > 1, in finishing order."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.summary, Summary):
+            self.summary = Summary.from_mapping(self.summary)
+
+    def add_figures(self, **values: object) -> None:
+        """Set figures of the summary (see :meth:`Summary.with_figures`)."""
+        self.summary = self.summary.with_figures(**values)
+
+    def row(self, label: str) -> Dict[str, object]:
+        """The summary as one row of the ``--json`` contract."""
+        return {"label": label, **self.summary.as_dict()}
+
+    def batches(self) -> List[Dict[str, object]]:
+        """The batch log: one dict per iteration, times in seconds."""
+        log = _need(self.batch_log, "batches")
+        return [{"start": to_seconds(b.start), "duration": to_seconds(b.duration),
+                 "prefill_tokens": b.prefill_tokens, "decode_tokens": b.decode_tokens,
+                 "requests": b.requests, "decode": list(b.decode), "prefill": dict(b.prefill)}
+                for b in log]
+
+    def requests(self) -> List[RequestTimes]:
+        """Every request that arrived, by id, times in seconds."""
+        log = _need(self.request_log, "requests")
+        return [RequestTimes.of(r) for r in sorted(log, key=lambda r: r.rid)]
+
+    def timeseries(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(time s, pending, backlog)`` arrays, a point at each change."""
+        rows = np.array(_need(self.series, "timeseries"), dtype=float).reshape(-1, 3)
+        return rows[:, 0] / 1e9, rows[:, 1], rows[:, 2]
+
+    def write_batches(self, path: str) -> None:
+        """CSV ``start,duration,prefill_tokens,decode_tokens,requests,members``;
+        members are ``ID:d`` (a decode token) or ``ID:pN`` (N prefill tokens)."""
+        log = _need(self.batch_log, "batches")
+        with open(path, "w", newline="") as handle:
+            out = csv.writer(handle)
+            out.writerow(["start", "duration", "prefill_tokens", "decode_tokens",
+                          "requests", "members"])
+            for b in log:
+                members = ([f"{rid}:d" for rid in b.decode]
+                           + [f"{rid}:p{c}" for rid, c in b.prefill])
+                out.writerow([to_seconds(b.start), to_seconds(b.duration), b.prefill_tokens,
+                              b.decode_tokens, b.requests, " ".join(members)])
+
+    def write_requests(self, path: str) -> None:
+        """CSV ``id,arrival,admitted,prefill_done,first_token,finished,vp,vd``;
+        empty cells for what had not happened when the run ended."""
+        rows = self.requests()
+        with open(path, "w", newline="") as handle:
+            out = csv.writer(handle)
+            out.writerow(RequestTimes._fields)
+            for row in rows:
+                out.writerow(["" if x is None else x for x in row])
+
+    def write_timeseries(self, path: str) -> None:
+        """CSV ``time,pending,backlog``, a row at each change."""
+        series = _need(self.series, "timeseries")
+        with open(path, "w", newline="") as handle:
+            out = csv.writer(handle)
+            out.writerow(["time", "pending", "backlog"])
+            for t, pending, backlog in series:
+                out.writerow([to_seconds(t), pending, backlog])
+
+
+def _need(log: Optional[List], name: str) -> List:
+    if log is None:
+        raise ValueError(f"this run kept no {name} log; run it with {name}=True")
+    return log
