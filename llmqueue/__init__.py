@@ -2,16 +2,18 @@
 
 ``import llmqueue as q`` gives the main API: one engine (:func:`simulate`),
 workloads with their arrival and size laws, latency models and fitting,
-scheduling policies, many engines on one clock (:class:`Network`, routers,
-request classes, agent workflows), and the subpackages :mod:`llmqueue.theory`
-(capacity and stability in closed form) and :mod:`llmqueue.sweeps` (parameter
-sweeps; ``q.sweeps.sweep(...)``).  The layers are described in
-``docs/architecture.md``; importing this package loads neither matplotlib nor
-the experiments.
+scheduling policies, hardware latency models (:mod:`llmqueue.hardware`: GPUs,
+model shapes, the roofline, KV capacity), many engines on one clock
+(:class:`Network`, routers, request classes, agent workflows), and the
+subpackages :mod:`llmqueue.theory` (capacity and stability in closed form) and
+:mod:`llmqueue.sweeps` (parameter sweeps; ``q.sweeps.sweep(...)``).  The layers
+are described in ``docs/architecture.md``; importing this package loads neither
+matplotlib nor the experiments.
 """
 
 from llmqueue import sweeps, theory
 from llmqueue.engine import Diverged, Engine, Result, Stalled, simulate
+from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
 from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma,
                              Geometric, Interpolated, LatencyModel, Linear, LogNormal,
                              Mixture, Poisson, PoissonSize, Renewal, SizeLaw, Staircase,
@@ -27,15 +29,16 @@ from llmqueue.policies import (ClassPriority, FasterTransformer, Orca, Plan, Pol
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 
 __all__ = [
-    "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Empirical", "Engine",
-    "FasterTransformer", "Fixed", "Gamma", "Geometric", "Interpolated", "JSQ", "JSQTokens",
-    "JobContext", "LatencyModel", "Linear", "LogNormal", "Mixture", "Network",
-    "NetworkResult", "Orca", "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo",
-    "RandomRouter", "Renewal", "Request", "RequestClass", "Result", "RoundRobin", "Router",
-    "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
-    "TraceTimes", "UniformInt", "VLLM", "WholePrefill", "Workload", "by_class",
-    "class_stream", "compose", "fit_linear", "fit_staircase", "from_list", "job_summary",
-    "make_policy", "make_router", "make_view", "poisson", "policy_names", "read_csv",
+    "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",
+    "Empirical", "Engine", "FasterTransformer", "Fixed", "GPU", "Gamma", "Geometric",
+    "Interpolated", "JSQ", "JSQTokens", "JobContext", "LatencyModel", "Linear", "LogNormal",
+    "Mixture", "ModelShape", "Network", "NetworkResult", "Orca", "Plan", "Poisson",
+    "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal", "Request",
+    "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "Sarathi", "SizeLaw",
+    "Staircase", "Stalled", "StepFill", "StepModel", "Trace", "TraceTimes", "UniformInt",
+    "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose", "fit_linear",
+    "fit_staircase", "from_list", "gpu", "job_summary", "kv_capacity", "make_policy",
+    "make_router", "make_view", "model", "poisson", "policy_names", "read_csv",
     "read_samples", "read_trace", "register_policy", "renewal", "router_names", "simulate",
     "start_jobs", "sweeps", "theory", "tokens_time",
 ]

@@ -9,6 +9,7 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from llmqueue import experiments as scenarios
+from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.common import validation
 from llmqueue.policies.builtin import make_policy, policy_names
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--b0", type=int, help="staircase step width (default: searched)")
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     sweep_cli.add_parsers(sub)
+    latency_cli.add_parser(sub)
     cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
                          "with Theorem 2's verdict per scheduler")
     cap.add_argument("--scheduler", help="give only this scheduler's verdict")

@@ -1,0 +1,221 @@
+"""The roofline latency model of SPEC 8.3: one iteration's time from the GPU,
+the model shape, tensor parallelism and the batch's context.
+
+Per iteration and GPU, with ``T = p + d`` tokens, ``S = chunks + d`` sequences
+that get logits and ``T^ = tile*ceil(T/tile)``::
+
+    t_lin = max((2*T^*P_L + 2*S*P_head) / (tp*F*mfu), w_bytes*(P_L + P_head) / (tp*B*mbu))
+    t_ap  = max(4*n_q*d_h*L*(chunk_cross + (chunk_sq + p)/2) / (tp*F*mfu_attn),
+                kappa*(chunk_ctx + p) / (tp*B*mbu))
+    t_ad  = max(4*n_q*d_h*L*decode_ctx / (tp*F*mfu), kappa*(decode_ctx + d) / (tp*B*mbu_attn))
+    t_el  = L*T*(4*h + g*f/tp)*act_bytes / (B*eta_el)           (0 when eta_el is None)
+    t_tp  = 2*L*(alpha + 2*(tp-1)/tp*T*h*act_bytes / (link*eta_link))   (0 at tp = 1)
+    t     = t_step + t_req*S + L*tau_layer + t_lin + t_ap + t_ad + t_el + t_tp
+
+:meth:`Roofline.breakdown` returns every term and which of ``t_lin``, ``t_ap``,
+``t_ad`` is compute- or memory-bound; :meth:`Roofline.to_staircase` fits the
+paper's staircase to it.  :func:`llmqueue.hardware.fit.fit_roofline` fits its
+efficiencies to measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+from llmqueue.common import validation
+from llmqueue.hardware.efficiency import Efficiency, efficiency as find_efficiency
+from llmqueue.hardware.memory import kv_capacity
+from llmqueue.hardware.specs import GPU, ModelShape, gpu as find_gpu, model as find_model
+from llmqueue.models.context import BatchContext
+from llmqueue.models.latency import Staircase
+from llmqueue.theory.fit import fit_staircase
+
+#: The terms of :class:`Breakdown`, in the order of SPEC 8.3's sum.
+TERMS = ("t_step", "t_req", "t_layer", "t_lin", "t_ap", "t_ad", "t_el", "t_tp")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One iteration's time and its terms (seconds).
+
+    ``t_req`` is ``t_req*S`` and ``t_layer`` is ``L*tau_layer``; ``bound`` says for
+    ``t_lin``, ``t_ap`` and ``t_ad`` whether the compute or the memory side of the
+    max is larger (``"compute"``, ``"memory"``, or None when both are 0);
+    ``compute``/``memory`` hold both sides.  ``tokens`` is T, ``padded`` T^ and
+    ``sequences`` S.
+    """
+
+    seconds: float
+    terms: Dict[str, float]
+    bound: Dict[str, Optional[str]]
+    compute: Dict[str, float]
+    memory: Dict[str, float]
+    tokens: int
+    padded: int
+    sequences: int
+    context: BatchContext = field(default_factory=BatchContext)
+
+    def as_dict(self) -> Dict[str, object]:
+        """Everything, for ``--json``."""
+        return {"seconds": self.seconds, **self.terms, "bound": dict(self.bound),
+                "compute": dict(self.compute), "memory": dict(self.memory),
+                "tokens": self.tokens, "padded_tokens": self.padded,
+                "sequences": self.sequences, "batch_context": self.context._asdict()}
+
+
+@dataclass(frozen=True)
+class StaircaseApprox:
+    """:meth:`Roofline.to_staircase`'s result: the chosen staircase, its RMSE and
+    R^2 over b = 1..bmax, and the RMSE of every step width tried (seconds)."""
+
+    model: Staircase
+    rmse: float
+    r2: float
+    rmse_by_b0: Dict[int, float]
+
+
+def assumed_context(decode: int, prefill: int, requests: int) -> BatchContext:
+    """The context :meth:`Roofline.batch_time` assumes when it is given none: every
+    cached-token count 0, ``chunks = requests - decode`` (one request per decode
+    token; at least 1 and at most ``prefill`` when there is prefill, 0 without),
+    and the prefill split as evenly as whole tokens allow (the smallest
+    ``chunk_sq``)."""
+    if prefill == 0:
+        return BatchContext()
+    chunks = min(prefill, max(1, requests - decode))
+    q, r = divmod(prefill, chunks)
+    return BatchContext(0, chunks, 0, (chunks - r) * q * q + r * (q + 1) ** 2, 0)
+
+
+class Roofline:
+    """SPEC 8.3's roofline batch-time model of ``model`` on ``tp`` GPUs ``gpu``.
+
+    ``gpu`` and ``model`` are names or records; ``efficiency`` a preset name
+    (``"default"``, ``"ideal"``) or an :class:`Efficiency`.  Raises at
+    construction when ``heads`` or ``kv_heads`` is not divisible by ``tp`` or the
+    model leaves no KV memory (``kv_capacity`` <= 0, SPEC 8.4).
+    """
+
+    #: The engine passes a :class:`BatchContext` to this model.
+    needs_context = True
+
+    def __init__(self, gpu: Union[str, GPU], model: Union[str, ModelShape], tp: int = 1,
+                 efficiency: Union[str, Efficiency] = "default") -> None:
+        self.gpu, self.model = find_gpu(gpu), find_model(model)
+        self.tp = validation.positive_int("tp", tp)
+        self.efficiency = find_efficiency(efficiency)
+        m, g, e = self.model, self.gpu, self.efficiency
+        for name, heads in (("heads", m.heads), ("kv_heads", m.kv_heads)):
+            if heads % tp:
+                raise ValueError(f"tp must divide {m.name}'s {name}={heads}; got tp={tp} "
+                                 f"({heads} / {tp} = {heads / tp:g})")
+        #: KV-cache capacity in tokens (SPEC 8.4 with its default constants).
+        self.kv_capacity = kv_capacity(g, m, tp)
+        flops, hbm = tp * g.flops, tp * g.hbm
+        attn = 4 * m.heads * m.head_dim * m.layers
+        kappa = m.kv_bytes_per_token()
+        self._gemm = 2 * m.layer_params() / (flops * e.mfu)            # per padded token
+        self._head = 2 * m.head_params() / (flops * e.mfu)             # per sequence
+        self._weights = m.weight_bytes * (m.layer_params() + m.head_params()) / (hbm * e.mbu)
+        self._ap_flops = attn / (flops * e.mfu_attn)
+        self._ap_bytes = kappa / (hbm * e.mbu)
+        self._ad_flops = attn / (flops * e.mfu)
+        self._ad_bytes = kappa / (hbm * e.mbu_attn)
+        g_el = m.ffn_matrices
+        self._el = 0.0 if e.eta_el is None else \
+            m.layers * (4 * m.hidden + g_el * m.ffn / tp) * m.act_bytes / (g.hbm * e.eta_el)
+        self._tp_fixed = 2 * m.layers * e.alpha if tp > 1 else 0.0
+        self._tp_token = (2 * m.layers * 2 * (tp - 1) / tp * m.hidden * m.act_bytes
+                          / (g.link * e.eta_link)) if tp > 1 else 0.0
+        self._layer = m.layers * e.tau_layer
+
+    def __repr__(self) -> str:
+        eff = self.efficiency.name or self.efficiency
+        return (f"Roofline(gpu={self.gpu.name!r}, model={self.model.name!r}, tp={self.tp}, "
+                f"efficiency={eff!r})")
+
+    def _context(self, decode: int, prefill: int, requests: int,
+                 context: Optional[BatchContext]) -> BatchContext:
+        validation.token_count("decode", decode)
+        validation.token_count("prefill", prefill)
+        validation.token_count("requests", requests)
+        if decode + prefill == 0:
+            raise ValueError("decode + prefill must be >= 1 token (an iteration does work); "
+                             "got 0")
+        if context is None:
+            return assumed_context(decode, prefill, requests)
+        if not isinstance(context, BatchContext):
+            context = BatchContext(*context)
+        for name, value in zip(BatchContext._fields, context):
+            validation.token_count(f"context.{name}", value)
+        if not (context.chunks == 0 if prefill == 0 else 1 <= context.chunks <= prefill):
+            raise ValueError(f"context.chunks must be 0 without prefill and from 1 to prefill "
+                             f"tokens with it; got chunks={context.chunks}, prefill={prefill}")
+        return context
+
+    def _sides(self, decode: int, prefill: int, c: BatchContext
+               ) -> Tuple[Tuple[float, float], Tuple[float, float], Tuple[float, float],
+                          float, float, int, int]:
+        tokens = decode + prefill
+        seqs = c.chunks + decode
+        tile = self.efficiency.tile
+        padded = tile * -(-tokens // tile)
+        lin = (self._gemm * padded + self._head * seqs, self._weights)
+        ap = (self._ap_flops * (c.chunk_cross + (c.chunk_sq + prefill) / 2),
+              self._ap_bytes * (c.chunk_ctx + prefill))
+        ad = (self._ad_flops * c.decode_ctx, self._ad_bytes * (c.decode_ctx + decode))
+        el = self._el * tokens
+        tp = self._tp_fixed + self._tp_token * tokens
+        return lin, ap, ad, el, tp, padded, seqs
+
+    def batch_time(self, decode: int, prefill: int, requests: int,
+                   context: Optional[BatchContext] = None) -> float:
+        """Seconds one iteration of ``decode`` decode and ``prefill`` prefill tokens
+        from ``requests`` requests lasts.  Without a ``context``, the one of
+        :func:`assumed_context` (cached tokens 0, one chunk per prefill request)."""
+        c = self._context(decode, prefill, requests, context)
+        lin, ap, ad, el, tp, _, seqs = self._sides(decode, prefill, c)
+        e = self.efficiency
+        return e.t_step + e.t_req * seqs + self._layer + max(lin) + max(ap) + max(ad) + el + tp
+
+    def breakdown(self, decode: int, prefill: int, requests: int,
+                  context: Optional[BatchContext] = None) -> Breakdown:
+        """Every term of :meth:`batch_time` and what bounds ``t_lin``, ``t_ap``, ``t_ad``."""
+        c = self._context(decode, prefill, requests, context)
+        lin, ap, ad, el, tp, padded, seqs = self._sides(decode, prefill, c)
+        e = self.efficiency
+        terms = {"t_step": e.t_step, "t_req": e.t_req * seqs,
+                 "t_layer": self._layer, "t_lin": max(lin),
+                 "t_ap": max(ap), "t_ad": max(ad), "t_el": el, "t_tp": tp}
+        sides = {"t_lin": lin, "t_ap": ap, "t_ad": ad}
+        bound = {k: None if max(v) == 0 else ("compute" if v[0] >= v[1] else "memory")
+                 for k, v in sides.items()}
+        return Breakdown(seconds=sum(terms[k] for k in TERMS), terms=terms, bound=bound,
+                         compute={k: v[0] for k, v in sides.items()},
+                         memory={k: v[1] for k, v in sides.items()},
+                         tokens=decode + prefill, padded=padded, sequences=seqs, context=c)
+
+    def to_staircase(self, bmax: int, b0_grid: Sequence[int] = (32, 64, 96, 128, 192, 256)
+                     ) -> StaircaseApprox:
+        """The staircase ``c + a*ceil(b/b0)`` closest to this model on prefill-only
+        batches of b = 1..bmax tokens (one request, context 0): for each ``b0`` of the
+        grid, :func:`llmqueue.theory.fit.fit_staircase` over every b once; the ``b0``
+        of least RMSE wins (a ``b0 >= bmax``, one step only, is skipped)."""
+        validation.positive_int("bmax", bmax)
+        if bmax < 2:
+            raise ValueError(f"bmax must be an integer >= 2 to fit a staircase, got {bmax}")
+        grid = [validation.positive_int("b0_grid item", b0) for b0 in b0_grid]
+        tokens = list(range(1, bmax + 1))
+        seconds = [self.batch_time(0, b, 1, BatchContext(0, 1, 0, b * b, 0)) for b in tokens]
+        fits, rmse = {}, {}
+        for b0 in grid:
+            if b0 >= bmax:
+                continue
+            fits[b0] = fit_staircase(tokens, seconds, b0)
+            rmse[b0] = math.sqrt(fits[b0].sse / bmax)
+        if not fits:
+            raise ValueError(f"b0_grid must hold a step width < bmax={bmax}; got {grid}")
+        best = min(rmse, key=lambda b0: (rmse[b0], b0))
+        return StaircaseApprox(fits[best].model, rmse[best], fits[best].r2, rmse)

@@ -1,0 +1,292 @@
+"""Hardware and model specs as data (SPEC 8.1): :class:`GPU`, :class:`ModelShape`.
+
+The built-in records live in the package data files ``hardware/data/gpus.json``
+and ``hardware/data/models.json`` (units: ``flops`` dense BF16 FLOP/s, ``hbm``
+and ``link`` bytes/s, ``link`` per direction, ``memory`` bytes).  Look them up
+with :func:`gpu` and :func:`model`: names are case-insensitive and a
+parenthesised suffix is dropped (``"Mistral-7B (v0.1)"`` is ``mistral-7b``).
+:func:`register_gpu` and :func:`register_model` add records; every function
+that takes a name also takes the record itself.  :meth:`ModelShape.from_hf_config`
+reads a Hugging Face ``config.json`` (a dict, a file or a folder holding one)
+without any network access.
+
+Derived figures (8.3): ``params() = P_L + V*h`` (plus a second ``V*h`` when the
+embeddings are untied) with ``P_L = L*(P_attn + g*h*f)``,
+``P_attn = h*n_q*d_h + 2*h*n_kv*d_h + n_q*d_h*h`` and ``g = 3`` for a gated
+FFN, 2 otherwise; ``kv_bytes_per_token() = 2*L*n_kv*d_h*kv_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import KW_ONLY, dataclass
+from importlib import resources
+from typing import Any, Dict, Mapping, Optional, Union
+
+from llmqueue.common import validation
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator: dense BF16 ``flops`` (FLOP/s), ``hbm`` bandwidth
+    (bytes/s), ``memory`` (bytes) and the interconnect ``link`` (bytes/s per
+    direction)."""
+
+    name: str
+    flops: float
+    hbm: float
+    memory: float
+    link: float
+
+    def __post_init__(self) -> None:
+        _name("name", self.name)
+        for field in ("flops", "hbm", "memory", "link"):
+            validation.positive_number(f"GPU {self.name} {field}", getattr(self, field))
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder-only transformer's shape (SPEC 8.1).
+
+    ``layers`` L, ``hidden`` h, ``heads`` n_q, ``kv_heads`` n_kv (default
+    ``heads``), ``head_dim`` d_h (default ``hidden / heads``), ``ffn`` f, ``gated``
+    (a SwiGLU-style FFN with three matrices), ``vocab`` V, ``tied`` (input and
+    output embeddings shared), and the bytes per weight, activation and KV
+    element.  Fields after ``head_dim`` are keyword-only.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    _: KW_ONLY
+    ffn: int
+    gated: bool
+    vocab: int
+    tied: bool
+    weight_bytes: float = 2
+    act_bytes: float = 2
+    kv_bytes: float = 2
+
+    def __post_init__(self) -> None:
+        _name("name", self.name)
+        where = f"model {self.name}"
+        for field in ("layers", "hidden", "heads", "ffn", "vocab"):
+            validation.positive_int(f"{where} {field}", getattr(self, field))
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        validation.positive_int(f"{where} kv_heads", self.kv_heads)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"{where} kv_heads must divide heads={self.heads} (grouped-query "
+                             f"attention); got kv_heads={self.kv_heads}")
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise ValueError(f"{where} head_dim must be given when heads={self.heads} does "
+                                 f"not divide hidden={self.hidden}")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        validation.positive_int(f"{where} head_dim", self.head_dim)
+        for field in ("gated", "tied"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"{where} {field} must be True or False, "
+                                 f"got {getattr(self, field)!r}")
+        for field in ("weight_bytes", "act_bytes", "kv_bytes"):
+            validation.positive_number(f"{where} {field}", getattr(self, field))
+
+    @property
+    def ffn_matrices(self) -> int:
+        """g of SPEC 8.3: 3 FFN matrices when gated, 2 otherwise."""
+        return 3 if self.gated else 2
+
+    def attention_params(self) -> int:
+        """``P_attn = h*n_q*d_h + 2*h*n_kv*d_h + n_q*d_h*h`` (one layer: Q, K, V, O)."""
+        h, q, kv, d = self.hidden, self.heads, self.kv_heads, self.head_dim
+        return h * q * d + 2 * h * kv * d + q * d * h
+
+    def layer_params(self) -> int:
+        """``P_L = L*(P_attn + g*h*f)``: every layer's weights (biases, norms ignored)."""
+        return self.layers * (self.attention_params() + self.ffn_matrices * self.hidden * self.ffn)
+
+    def head_params(self) -> int:
+        """``P_head = V*h``: the LM head (equal to the input embedding)."""
+        return self.vocab * self.hidden
+
+    def params(self) -> int:
+        """Parameter count: ``P_L + V*h``, plus a second ``V*h`` when untied."""
+        return self.layer_params() + self.head_params() * (1 if self.tied else 2)
+
+    def kv_bytes_per_token(self) -> float:
+        """``kappa = 2*L*n_kv*d_h*kv_bytes``: KV-cache bytes one token holds."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
+
+    @classmethod
+    def from_hf_config(cls, config: Union[str, "os.PathLike[str]", Mapping[str, Any]],
+                       name: Optional[str] = None) -> "ModelShape":
+        """A shape from a Hugging Face ``config.json``: a dict, the file, or a folder
+        holding it.  Reads ``num_hidden_layers, hidden_size, num_attention_heads,
+        num_key_value_heads`` (default: the attention heads), ``head_dim`` (default:
+        hidden / heads), ``intermediate_size`` (or ``ffn_dim``), ``vocab_size``,
+        ``tie_word_embeddings`` (default true, as in transformers) and ``hidden_act``
+        (or ``activation_function``; ``silu`` means a gated FFN).  ``name`` defaults
+        to the config's ``_name_or_path``, else the folder's name.  A missing or bad
+        key is a ValueError naming it and the file."""
+        where = "config"
+        if isinstance(config, Mapping):
+            data: Mapping[str, Any] = config
+        else:
+            path = os.fspath(config)
+            if os.path.isdir(path):
+                path = os.path.join(path, "config.json")
+            where = path
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    data = json.load(handle)
+            except OSError as exc:
+                raise ValueError(f"{path}: cannot read the model config: {exc.strerror}") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON: {exc}") from None
+            if not isinstance(data, Mapping):
+                raise ValueError(f"{path}: a model config must be a JSON object, "
+                                 f"got {type(data).__name__}")
+            if name is None:
+                name = data.get("_name_or_path") or os.path.basename(
+                    os.path.dirname(os.path.abspath(path))) or "custom"
+        return _from_config(data, where, name)
+
+
+def _from_config(data: Mapping[str, Any], where: str, name: Optional[str]) -> ModelShape:
+    def get(key: str, default: Any = ...) -> Any:
+        value = data.get(key, default)
+        if value is ...:
+            raise ValueError(f"{where}: missing key {key!r} (needed for a model shape)")
+        return value
+
+    def whole(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} must be an integer >= 1, got {value!r}")
+        return value
+
+    layers = whole("num_hidden_layers", get("num_hidden_layers"))
+    hidden = whole("hidden_size", get("hidden_size"))
+    heads = whole("num_attention_heads", get("num_attention_heads"))
+    kv = get("num_key_value_heads", None)
+    head_dim = get("head_dim", None)
+    ffn_key = "intermediate_size" if "intermediate_size" in data else "ffn_dim"
+    if ffn_key not in data:
+        raise ValueError(f"{where}: missing key 'intermediate_size' (or 'ffn_dim')")
+    act_key = "hidden_act" if "hidden_act" in data else "activation_function"
+    if act_key not in data:
+        raise ValueError(f"{where}: missing key 'hidden_act' (or 'activation_function')")
+    act = data[act_key]
+    if not isinstance(act, str):
+        raise ValueError(f"{where}: {act_key} must be an activation name, got {act!r}")
+    tied = get("tie_word_embeddings", True)
+    if not isinstance(tied, bool):
+        raise ValueError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
+    try:
+        return ModelShape(
+            name or str(data.get("_name_or_path") or "custom"), layers, hidden, heads,
+            None if kv is None else whole("num_key_value_heads", kv),
+            None if head_dim is None else whole("head_dim", head_dim),
+            ffn=whole(ffn_key, data[ffn_key]), gated=act.lower() in ("silu", "swiglu"),
+            vocab=whole("vocab_size", get("vocab_size")), tied=tied)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _name(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not key(value):
+        raise ValueError(f"{field} must be a non-empty name, got {value!r}")
+    return value
+
+
+def key(name: str) -> str:
+    """The lookup key of a name: lower case, a parenthesised part dropped,
+    spaces trimmed (``"Mistral-7B (v0.1)"`` -> ``"mistral-7b"``)."""
+    return re.sub(r"\([^)]*\)", "", name).strip().lower()
+
+
+_GPUS: Dict[str, GPU] = {}
+_MODELS: Dict[str, ModelShape] = {}
+
+
+def _load(filename: str) -> list:
+    text = resources.files("llmqueue.hardware").joinpath("data", filename).read_text("utf-8")
+    return json.loads(text)
+
+
+def _gpus() -> Dict[str, GPU]:
+    if not _GPUS:
+        for record in _load("gpus.json"):
+            _GPUS.setdefault(key(record["name"]), GPU(**record))
+    return _GPUS
+
+
+def _models() -> Dict[str, ModelShape]:
+    if not _MODELS:
+        for record in _load("models.json"):
+            _MODELS.setdefault(key(record["name"]), ModelShape(**record))
+    return _MODELS
+
+
+def _register(table: Dict[str, Any], record: Any, kind: str, replace: bool) -> Any:
+    k = key(record.name)
+    if k in table and not replace and table[k] != record:
+        raise ValueError(f"{kind} {record.name!r} is already known; pass replace=True to "
+                         f"replace it")
+    table[k] = record
+    return record
+
+
+def register_gpu(record: GPU, replace: bool = False) -> GPU:
+    """Add ``record`` to the GPUs :func:`gpu` knows (an existing different record of
+    the same name is an error unless ``replace``)."""
+    if not isinstance(record, GPU):
+        raise ValueError(f"record must be a GPU, got {record!r}")
+    return _register(_gpus(), record, "GPU", replace)
+
+
+def register_model(record: ModelShape, replace: bool = False) -> ModelShape:
+    """Add ``record`` to the models :func:`model` knows (an existing different
+    record of the same name is an error unless ``replace``)."""
+    if not isinstance(record, ModelShape):
+        raise ValueError(f"record must be a ModelShape, got {record!r}")
+    return _register(_models(), record, "model", replace)
+
+
+def gpu_names() -> list:
+    """The known GPUs' names, in the order they were added."""
+    return [g.name for g in _gpus().values()]
+
+
+def model_names() -> list:
+    """The known models' lookup keys, in the order they were added."""
+    return list(_models())
+
+
+def gpu(name: Union[str, GPU]) -> GPU:
+    """The GPU of this name (case-insensitive), or ``name`` itself if it is a GPU."""
+    if isinstance(name, GPU):
+        return name
+    table = _gpus()
+    found = table.get(key(name)) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"gpu must be one of {', '.join(gpu_names())} (or a GPU record); "
+                         f"got {name!r}")
+    return found
+
+
+def model(name: Union[str, ModelShape]) -> ModelShape:
+    """The model shape of this name (case-insensitive, parenthesis dropped), or
+    ``name`` itself if it is a ModelShape."""
+    if isinstance(name, ModelShape):
+        return name
+    table = _models()
+    found = table.get(key(name)) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"model must be one of {', '.join(model_names())} (or a ModelShape); "
+                         f"got {name!r}")
+    return found
