@@ -117,10 +117,6 @@ def test_a_running_batch_never_sees_a_resident_admitted_during_it():
     assert res.prefill_tokens == 4 and res.demand == 7
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "admit() rebinds r.clock to the engine's shared clock but leaves end_mark = vd, "
-    "so a resident still in _incoming reports decode_left = vd - clock (wrong once the "
-    "clock has ticked) until settle(); __iter__ hands such residents out"))
 def test_incoming_resident_reports_its_whole_decode_left():
     res, reqs = build([("A", 0, 5)])
     res.apply(plan(reqs, "A"), 2, 0, 10)  # shared clock is now 2
@@ -159,7 +155,7 @@ def test_apply_one_iteration_with_decodes_a_partial_and_a_completing_chunk():
     assert A.prefill_done == 0
     # B: 4 - 1 = 3 left, first token at 2700
     assert (B.decode_left, B.first_token, B.finished) == (3, 2700, None)
-    # C: 10 - 6 = 4 left, prefill not done (its decode_left: see the xfail test below)
+    # C: 10 - 6 = 4 left, prefill not done (its decode_left: see the test below)
     assert (C.prefill_left, C.prefill_done, C.first_token) == (4, None, None)
     # D: 3 - 3 = 0, prefill done at 2700, no decode token yet (6a)
     assert (D.prefill_left, D.prefill_done, D.decode_left, D.first_token) == (0, 2700, 2, None)
@@ -172,11 +168,6 @@ def test_apply_one_iteration_with_decodes_a_partial_and_a_completing_chunk():
     assert len(res) == 4 and A not in list(res)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a prefilling resident's end_mark stays vd (set before it had the shared clock) "
-    "until its prefill completes, so its decode_left reads vd - clock and drifts down "
-    "(to 0 or below) while other residents decode; README documents decode_left on "
-    "view.prefilling for custom policies"))
 def test_prefilling_residents_keep_their_whole_decode_left():
     res, reqs = one_iteration_state()
     res.apply(plan(reqs, "AB", [("C", 6), ("D", 3)]), 1, 2000, 700)

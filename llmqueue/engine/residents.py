@@ -56,7 +56,6 @@ class Residents:
         :meth:`settle`, so a batch already running never sees it."""
         r.seq = self._next_seq
         self._next_seq += 1
-        r.clock = self.clock
         r.admitted = now
         if r.prefill_left == 0:
             r.prefill_done = now
@@ -73,6 +72,8 @@ class Residents:
         self._incoming = []
 
     def _start_decoding(self, r: Request) -> None:
+        # only decoders follow the shared clock: until now decode_left read vd
+        r.clock = self.clock
         r.end_mark = self.clock[0] + r.vd
         decoding = self.decoding
         if not decoding or decoding[-1].seq < r.seq:
