@@ -36,7 +36,7 @@ JOB_COLUMNS = [("jobs", "jobs", "{:d}"), ("jobs_completed", "done", "{:d}"),
 
 def main() -> None:
     """Run the jobs; per-engine load and job latency, printed and plotted."""
-    params = agents.SCENARIO.resolve({})
+    params = agents.EXPERIMENT.resolve({})
     print(f"{params['rate']} jobs/s, horizon {agents.HORIZON:.0f} s, seed {SEED}\n")
     result, jobs = agents.simulate_agents(params, agents.HORIZON, SEED)
     print(table([r.row(name) for name, r in result.engines.items()], ENGINE_COLUMNS))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.plotting.pending import plot_latency_cdfs, plot_pending
+from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import azure
 
@@ -30,8 +31,8 @@ CDF_PLOT = os.path.join(HERE, "..", "plots", "azure_latency_cdf.png")
 
 def main() -> None:
     """Replay the trace under each scheduler, print the table, draw both figures."""
-    params = azure.SCENARIO.resolve({"path": PATH, "speedup": str(SPEEDUP)})
-    rows = azure.run(params, None, None, timeseries=True)
+    params = azure.EXPERIMENT.resolve({"path": PATH, "speedup": str(SPEEDUP)})
+    rows = azure.run(params, RunOptions(timeseries=True))
     summaries = [result.row(label) for label, result in rows]
     columns = [("pending_mean", "pending mean", "{:.1f}"), ("pending_max", "pending max", "{:d}"),
                ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p99", "TTFT p99 s", "{:.1f}"),

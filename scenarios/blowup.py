@@ -23,6 +23,7 @@ import os
 from typing import Dict
 
 from llmqueue import make_policy
+from llmqueue.engine.options import RunOptions
 
 from llmqueue.theory import capacity as theory
 from llmqueue.plotting.pending import animate_pending, plt, save
@@ -72,9 +73,9 @@ def draw(rows: Rows, params: Dict[str, object], path: str) -> None:
 
 def main() -> None:
     """Run the four schedulers, explain, draw the figure and the animation."""
-    params = blowup.SCENARIO.resolve({})
+    params = blowup.EXPERIMENT.resolve({})
     print(f"Queue blow-up: {headline(params)}, horizon {blowup.HORIZON:.0f} s\n")
-    rows = blowup.run(params, blowup.HORIZON, SEED, timeseries=True)
+    rows = blowup.run(params, RunOptions(horizon=blowup.HORIZON, seed=SEED, timeseries=True))
     print(table([result.row(label) for label, result in rows]))
     print("\n" + "\n".join(blowup.explain(rows, params)))
     draw(rows, params, PNG)

@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from llmqueue.experiments import get
 from llmqueue.models.latency import Staircase
 from llmqueue.sweeps.runner import summarize, sweep, write_rows
 from llmqueue.plotting.sweep import plot_lines
@@ -47,7 +48,7 @@ def main() -> None:
     """Run the sweep on a process pool, print the table, write CSV and plot."""
     rates = [round(load * LAMBDA_STAR, 4) for load in LOADS]
     with ProcessPoolExecutor() as pool:
-        rows = sweep("single", {"rate": rates}, SEEDS, schedulers=["sarathi", "vllm"],
+        rows = sweep(get("single"), {"rate": rates}, SEEDS, schedulers=["sarathi", "vllm"],
                      fixed={"arrival": "poisson", "vp": PREFILL, "vd": DECODE,
                             "bmax": BMAX, "kmax": None},
                      horizon=HORIZON, executor=pool)

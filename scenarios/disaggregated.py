@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.plotting.network import plot_against_load
+from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import disaggregated as dis
 
@@ -35,10 +36,10 @@ COLUMNS = [("load", "token load", "{:.2f}"), ("busy_fraction", "busy", "{:.0%}")
 
 def main() -> None:
     """The table at the default load, then TTFT and TPOT against the load."""
-    params = dis.SCENARIO.resolve({})
+    params = dis.EXPERIMENT.resolve({})
     print(f"{params['gpus']} GPUs ({params['prefill_gpus']} prefill when split), load "
           f"{params['load']} of the colocated lambda*, horizon {dis.HORIZON:.0f} s\n")
-    print(table([r.row(label) for label, r in dis.run(params, dis.HORIZON, SEED)], COLUMNS))
+    print(table([r.row(label) for label, r in dis.run(params, RunOptions(horizon=dis.HORIZON, seed=SEED))], COLUMNS))
     curves = {mode: {"TTFT p99": [], "TPOT p99": []} for mode in ("colocated", "disaggregated")}
     for load in LOADS:
         for mode in curves:

@@ -31,7 +31,7 @@ COLUMNS = [("pending_mean", "pending mean", "{:.1f}"), ("pending_max", "pending 
 
 def main() -> None:
     """Every router on the same arrivals: totals table and pending over time."""
-    params = parallel.SCENARIO.resolve({})
+    params = parallel.EXPERIMENT.resolve({})
     rate = parallel.arrival_rate(params)
     print(f"{params['engines']} engines, bmax {params['bmax']}, load {params['load']} of "
           f"lambda* = {rate / params['load']:.2f} req/s ({rate:.2f} req/s), "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.plotting.pending import plot_pending
+from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import point_c
 
@@ -29,10 +30,10 @@ PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
 
 def main() -> None:
     """Run the six rows, print the table and draw pending over time."""
-    params = point_c.SCENARIO.resolve({})
+    params = point_c.EXPERIMENT.resolve({})
     print(f"Point C: {point_c.PREFILL}+{point_c.DECODE} tokens every {point_c.GAP} s, "
           f"kmax = {point_c.KMAX}, horizon {point_c.HORIZON:.0f} s\n")
-    rows = point_c.run(params, point_c.HORIZON, None, timeseries=True)
+    rows = point_c.run(params, RunOptions(horizon=point_c.HORIZON, timeseries=True))
     print(table([result.row(label) for label, result in rows]))
     plot_pending(rows, PLOT, "Point C: pending requests over time, by scheduler "
                  "(CodeLlama-34B staircase)", kmax=point_c.KMAX)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import sarathi_demo as demo
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
@@ -30,8 +31,8 @@ SEEDS = range(10)  # the sweep's band: the same experiment on ten seeds
 
 def main() -> None:
     """Run both rows, print the checks, then sweep the chunk size and plot it."""
-    params = demo.SCENARIO.resolve({})
-    rows = demo.run(params, None, demo.SEED)
+    params = demo.EXPERIMENT.resolve({})
+    rows = demo.run(params, RunOptions(seed=demo.SEED))
     print(table([result.row(label) for label, result in rows], demo.COLUMNS))
     print()
     for check in demo.checks(rows):

@@ -24,6 +24,7 @@ from typing import Dict
 import numpy as np
 
 from llmqueue import Result
+from llmqueue.engine.options import RunOptions
 
 from llmqueue.theory import capacity as theory
 from llmqueue.plotting.pending import plt, save
@@ -81,14 +82,14 @@ def draw(rows: Dict[str, Result], params: Dict[str, object], path: str) -> None:
 
 def main() -> None:
     """Run every load and seed, print the table, draw the figure."""
-    params = theorem2.SCENARIO.resolve({})
+    params = theorem2.EXPERIMENT.resolve({})
     latency = engine_kwargs(params)["latency"]
     star = theory.lambda_star(theorem2.BMAX, theorem2.PREFILL, theorem2.DECODE, latency)
     print(f"Theorem 2: t_512 = {latency.tokens_time(theorem2.BMAX):.5f} s, capacity "
           f"{theory.token_capacity(theorem2.BMAX, latency):.1f} tokens/s, "
           f"lambda* = {star:.2f} req/s; {theorem2.SEEDS} seeds x {theorem2.HORIZON:.0f} s "
           f"per load\n")
-    rows = dict(theorem2.run(params, theorem2.HORIZON, 0, timeseries=True))
+    rows = dict(theorem2.run(params, RunOptions(horizon=theorem2.HORIZON, seed=0, timeseries=True)))
     print(table([result.row(label) for label, result in rows.items()], theorem2.COLUMNS))
     draw(rows, params, PLOT)
     print(f"\nz = (slope - fluid slope) / se; plot: {os.path.normpath(PLOT)}")

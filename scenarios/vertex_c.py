@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.plotting.pending import plot_pending
+from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import point_c, vertex_c
 
@@ -32,8 +33,8 @@ PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
 
 def main() -> None:
     """Run the contenders, print the table, plot pending at point C."""
-    rows = vertex_c.run({}, vertex_c.HORIZON, None, timeseries=True)
-    print(table([r.row(label) for label, r in rows], vertex_c.SCENARIO.extra["columns"]))
+    rows = vertex_c.run({}, RunOptions(horizon=vertex_c.HORIZON, timeseries=True))
+    print(table([r.row(label) for label, r in rows], vertex_c.EXPERIMENT.columns))
     at_c = [(label, r) for label, r in rows if r.summary["gap"] == point_c.GAP]
     plot_pending(at_c, PLOT, f"Point C for {vertex_c.HORIZON:.0f} s: filling bmax = 1024 "
                  "blows up, serving at b0 holds", kmax=point_c.KMAX)

@@ -3,13 +3,14 @@
 import pytest
 
 from llmqueue.experiments import agents, disaggregated as dis
+from llmqueue.engine.options import RunOptions
 
 
 def test_agents_engine_loads_follow_the_workflow():
     """Each engine's token load is rate x tokens per job / capacity (within
     the Poisson error of ~700 jobs), the workers are the bottleneck, and every
     job runs at least its five calls."""
-    params = agents.SCENARIO.resolve({})
+    params = agents.EXPERIMENT.resolve({})
     result, jobs = agents.simulate_agents(params, 600.0, seed=1)
     for name, r in result.engines.items():
         assert r.summary["load"] == pytest.approx(r.summary["load_expected"], rel=0.12)
@@ -22,20 +23,20 @@ def test_agents_engine_loads_follow_the_workflow():
 
 
 def test_disaggregated_limit_is_the_tighter_pool():
-    params = dis.SCENARIO.resolve({})
+    params = dis.EXPERIMENT.resolve({})
     # 3 of 4 GPUs take 1001 of every 1100 tokens: 0.75 * 1100 / 1001 = 0.824
     assert dis.load_limit(params, "disaggregated") == pytest.approx(0.75 * 1100 / 1001)
     assert dis.load_limit(params, "colocated") == 1.0
 
 
 def test_disaggregation_cuts_tpot_and_holds_less_load():
-    params = dis.SCENARIO.resolve({})
-    rows = dict(dis.run({**params, "load": 0.6}, 300.0, 0))
+    params = dis.EXPERIMENT.resolve({})
+    rows = dict(dis.run({**params, "load": 0.6}, RunOptions(horizon=300.0, seed=0)))
     co, split = rows["colocated/total"].summary, rows["disaggregated/total"].summary
     assert co["requests"] == split["requests"]                  # the same jobs in both
     assert split["tpot_p50"] < 0.7 * co["tpot_p50"]
     # past the split's limit (0.82) its prefill pool backs up; colocated holds
-    over = dict(dis.run({**params, "load": 0.9}, 300.0, 0))
+    over = dict(dis.run({**params, "load": 0.9}, RunOptions(horizon=300.0, seed=0)))
     prefill = over["disaggregated/prefill"].summary
     assert prefill["load"] > 1.0
     # it grows at about (load - 1) x capacity (SPEC 6.2): at least half of that in 300 s

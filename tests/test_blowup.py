@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 
 from llmqueue.theory import capacity as theory
+from llmqueue.engine.options import RunOptions
 from llmqueue.plotting.pending import animate_pending
 from llmqueue.experiments import blowup
 
@@ -25,8 +26,8 @@ def test_the_geometric_workload_has_the_stated_means_and_rate():
 
 @pytest.fixture(scope="module")
 def rows():
-    params = blowup.SCENARIO.resolve({})
-    return params, blowup.run(params, blowup.HORIZON, 1, timeseries=True)
+    params = blowup.EXPERIMENT.resolve({})
+    return params, blowup.run(params, RunOptions(horizon=blowup.HORIZON, seed=1, timeseries=True))
 
 
 def test_the_load_is_below_capacity(rows):

@@ -106,7 +106,7 @@ def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
     (["run", "single", "--set", "gap=-1"], "gap must be a finite number > 0"),
     (["run", "single", "--scheduler", "fifo"], "scheduler must be one of sarathi"),
     (["run", "nowhere"], "scenario must be one of point-c"),
-    (["run", "single", "--set", "bmax=lots"], "bmax must be an integer or none"),
+    (["run", "single", "--set", "bmax=lots"], "bmax must be an integer >= 1 or none"),
     (["run", "single", "--set", "colour=red"], "single has no parameter 'colour'"),
     (["run", "single", "--horizon", "-5"], "--horizon must be a number > 0"),
     (["run", "trace"], "path must name a CSV file"),

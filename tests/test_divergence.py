@@ -43,7 +43,7 @@ def test_cli_reports_divergence_and_refuses_it_for_networks():
     assert row["rows"][0]["verdict"] == "diverged" and row["rows"][0]["pending_final"] == 301
     net = subprocess.run([sys.executable, "-m", "llmqueue", "run", "parallel",
                           "--max-pending", "10"], capture_output=True, text=True)
-    assert net.returncode == 2 and "single-engine" in net.stderr
+    assert net.returncode == 2 and "does not support max_pending" in net.stderr
 
 
 def test_fastertransformer_at_point_c_runs_long_without_logs_in_little_memory():

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from llmqueue.sweeps import grid
+from llmqueue.experiments import get
 from llmqueue.experiments import REGISTRY
 from llmqueue.sweeps.runner import plan
 
@@ -34,7 +35,7 @@ def test_grid_specs(spec, key, values):
 
 @pytest.mark.parametrize("spec, fragment", [
     ("colour=red,blue", "grid colour: single has no parameter 'colour'"),
-    ("bmax=128,lots", "grid bmax must be an integer or none; got 'lots'"),
+    ("bmax=128,lots", "grid bmax must be an integer >= 1 or none; got 'lots'"),
     ("rate=3:1:1", "grid rate: empty range"),
     ("rate=1:3:0", "grid rate: STEP must be > 0"),
     ("rate=1:3:-1", "grid rate: STEP must be > 0"),
@@ -51,7 +52,7 @@ def test_bad_grid_specs_name_the_key(spec, fragment):
 
 
 def seeds_by_point(rates, schedulers=("sarathi",), **kw):
-    tasks = plan("single", {"arrival": ["poisson"], "rate": rates}, 3,
+    tasks = plan(get("single"), {"arrival": ["poisson"], "rate": rates}, 3,
                  schedulers=list(schedulers), **kw)
     return {(t.point["rate"], t.point["scheduler"], t.replicate): t.seed for t in tasks}
 
@@ -64,8 +65,8 @@ def test_adding_a_grid_point_keeps_every_other_seed():
 
 
 def test_a_key_at_its_default_value_keeps_the_seeds():
-    plain = plan("single", {"arrival": ["poisson"], "rate": [1.0]}, 2)
-    spelled = plan("single", {"arrival": ["poisson"], "rate": [1.0], "vp": [290]}, 2)
+    plain = plan(get("single"), {"arrival": ["poisson"], "rate": [1.0]}, 2)
+    spelled = plan(get("single"), {"arrival": ["poisson"], "rate": [1.0], "vp": [290]}, 2)
     assert [t.seed for t in plain] == [t.seed for t in spelled]
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from llmqueue.models.latency import Staircase
+from llmqueue.engine.options import RunOptions
 from llmqueue.theory.region import stability_region
 from llmqueue.experiments import kmax_region, vertex_c
 
@@ -10,7 +11,7 @@ from llmqueue.experiments import kmax_region, vertex_c
 def verdict(scheduler, bmax, lambda_p, lambda_d, horizon=1500.0):
     params = kmax_region.POINT.resolve({"scheduler": scheduler, "bmax": str(bmax),
                                         "lambda_p": str(lambda_p), "lambda_d": str(lambda_d)})
-    [(_, result)] = kmax_region.run_point(params, horizon, None)
+    [(_, result)] = kmax_region.run_point(params, RunOptions(horizon=horizon))
     return result.summary["verdict"]
 
 
@@ -41,7 +42,7 @@ def test_step_fill_keeps_the_prefill_capacity_of_a_big_budget():
 
 
 def test_vertex_c_experiment_rows():
-    rows = dict(vertex_c.run({}, 2000.0, None))
+    rows = dict(vertex_c.run({}, RunOptions(horizon=2000.0)))
     assert rows["sarathi-128 @ 0.4675 s"].summary["verdict"] == "stable"
     assert rows["sarathi-1024 @ 0.4675 s"].summary["verdict"] == "unstable"
     assert rows["step-fill-1024 @ 0.4675 s"].summary["verdict"] == "stable"
@@ -52,7 +53,7 @@ def test_vertex_c_experiment_rows():
 
 @pytest.mark.slow
 def test_the_whole_grid_agrees_with_theorem_10():
-    rows = kmax_region.run_region(kmax_region.REGION.resolve({}), kmax_region.HORIZON, None)
+    rows = kmax_region.run_region(kmax_region.REGION.resolve({}), RunOptions(horizon=kmax_region.HORIZON))
     stable = {}
     for _, r in rows:
         s = r.summary

@@ -95,7 +95,7 @@ def test_every_engine_of_a_pool_obeys_the_rules_and_the_total_adds_up():
 def test_lambda_star_is_the_spec_figure_times_k():
     # SPEC 6.2: (512 / 0.15316) / 200 = 16.71 req/s for one engine
     for k in (1, 2, 4, 8):
-        params = parallel.SCENARIO.resolve({"engines": str(k), "load": "1", "bmax": "512",
+        params = parallel.EXPERIMENT.resolve({"engines": str(k), "load": "1", "bmax": "512",
                                             "vp": "100", "vd": "100"})
         assert parallel.arrival_rate(params) == pytest.approx(k * 16.71, rel=1e-3)
 

@@ -10,7 +10,7 @@ CAPACITY = 512 / Staircase().tokens_time(512)   # tokens/s of one engine at bmax
 
 
 def params(**over):
-    return {**parallel.SCENARIO.resolve({}), **over}
+    return {**parallel.EXPERIMENT.resolve({}), **over}
 
 
 def backlog_slope(result, start):

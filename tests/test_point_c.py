@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from llmqueue.models.latency import Staircase
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import point_c
 
 
 def run_rows(horizon, **logs):
-    return dict(point_c.run(point_c.SCENARIO.resolve({}), horizon, None, **logs))
+    return dict(point_c.run(point_c.EXPERIMENT.resolve({}), RunOptions(horizon=horizon, **logs)))
 
 
 def pending_at(result, t):

@@ -9,6 +9,7 @@ import pytest
 
 import llmqueue as q
 from llmqueue.cli.main import main
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import sarathi_demo as demo
 from llmqueue.engine.results import Result
 from invariants import check_run
@@ -64,8 +65,8 @@ def test_the_four_checks_apply_spec_thresholds(chunked, passed):
 
 @pytest.fixture(scope="module")
 def spec_run():
-    params = demo.SCENARIO.resolve({})
-    return demo.checks(demo.run(params, None, demo.SEED))
+    params = demo.EXPERIMENT.resolve({})
+    return demo.checks(demo.run(params, RunOptions(seed=demo.SEED)))
 
 
 def test_spec_demo_ttft_throughput_and_completion_hold(spec_run):

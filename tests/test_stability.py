@@ -4,6 +4,7 @@ import pytest
 
 import llmqueue as q
 from llmqueue.experiments import point_c
+from llmqueue.engine.options import RunOptions
 from llmqueue.theory.stability import measured_verdict, predicted_verdict
 
 
@@ -58,7 +59,7 @@ def test_unknown_rates_give_no_prediction_and_no_horizon_no_verdict():
 def test_point_c_verdicts():
     # 1000 s: at the default 500 s FasterTransformer-whole's sawtooth leaves its
     # slope only 2.4 standard errors above 0 (inconclusive)
-    rows = dict(point_c.run(point_c.SCENARIO.resolve({}), 1000.0, None))
+    rows = dict(point_c.run(point_c.EXPERIMENT.resolve({}), RunOptions(horizon=1000.0)))
     verdicts = {label: r.summary["verdict"] for label, r in rows.items()}
     assert verdicts == {"sarathi-128": "stable", "orca-128": "unstable",
                         "vllm-128": "unstable", "fastertransformer-128": "unstable",

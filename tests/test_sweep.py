@@ -7,24 +7,24 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from llmqueue import Constant, poisson, simulate
-from llmqueue.experiments import Param, Scenario, register
+from llmqueue.experiments import Experiment, Param, get, register
 from llmqueue.sweeps.runner import plan, read_rows, summarize, sweep, to_dataframe
 
 CALLS = []        # the parameters of every run of the counting scenario, in order
 BOMB = {"at": None}  # a rate whose run is interrupted (Ctrl-C) when set
 
 
-def count_run(params, horizon, seed, **logs):
+def count_run(params, options):
     """Poisson(rate) arrivals of one-token requests; counts its runs."""
     if params["rate"] == BOMB["at"]:
         raise KeyboardInterrupt
-    CALLS.append((params["rate"], seed))
-    result = simulate(poisson(params["rate"], 0, 1, seed=seed), latency=Constant(0.01),
-                      horizon=horizon, **logs)
+    CALLS.append((params["rate"], options.seed))
+    result = simulate(poisson(params["rate"], 0, 1, seed=options.seed), latency=Constant(0.01),
+                      horizon=options.horizon, **options.logs())
     return [("count", result)]
 
 
-COUNT = register(Scenario(name="count-test", summary="test: Poisson arrivals, counted runs",
+COUNT = register(Experiment(name="count-test", summary="test: Poisson arrivals, counted runs",
                           params={"rate": Param("float", 1.0, "arrivals per second")},
                           run=count_run, horizon=10.0, seeded=True))
 
@@ -37,7 +37,7 @@ def without_wall_time(rows):
 
 
 def test_rows_are_tidy_and_carry_every_summary_figure():
-    rows = sweep("single", GRID, 2, **KW)
+    rows = sweep(get("single"), GRID, 2, **KW)
     assert len(rows) == 2 * 2 * 2
     first = rows[0]
     assert list(first)[:9] == ["arrival", "rate", "scheduler", "replicate", "seed", "horizon",
@@ -49,22 +49,22 @@ def test_rows_are_tidy_and_carry_every_summary_figure():
 
 
 def test_fixed_parameters_are_columns_too():
-    row = sweep("single", {"rate": [2.0]}, 1, fixed={"arrival": "poisson", "vp": 10},
+    row = sweep(get("single"), {"rate": [2.0]}, 1, fixed={"arrival": "poisson", "vp": 10},
                 **KW)[0]
     assert list(row)[:4] == ["rate", "arrival", "vp", "scheduler"]
     assert (row["arrival"], row["vp"]) == ("poisson", 10)
 
 
 def test_a_row_is_the_run_simulate_gives_with_that_seed():
-    row = sweep("single", {"arrival": ["poisson"], "rate": [2.0]}, 1, **KW)[0]
+    row = sweep(get("single"), {"arrival": ["poisson"], "rate": [2.0]}, 1, **KW)[0]
     direct = simulate(poisson(2.0, 290, 990, seed=row["seed"]), horizon=30.0).summary
     assert {k: row[k] for k in direct} == direct
 
 
 def test_serial_and_process_pool_give_the_same_rows(tmp_path):
-    serial = sweep("single", GRID, 2, **KW)
+    serial = sweep(get("single"), GRID, 2, **KW)
     with ProcessPoolExecutor(2) as pool:
-        pooled = sweep("single", GRID, 2, executor=pool, out=str(tmp_path / "s.csv"), **KW)
+        pooled = sweep(get("single"), GRID, 2, executor=pool, out=str(tmp_path / "s.csv"), **KW)
     assert without_wall_time(pooled) == without_wall_time(serial)
     on_disk = read_rows(str(tmp_path / "s.csv"))
     key = lambda r: (r["rate"], r["scheduler"], r["replicate"])  # noqa: E731
@@ -112,9 +112,9 @@ def test_resume_refuses_a_file_of_another_sweep(tmp_path):
     out = str(tmp_path / "c.csv")
     sweep(COUNT, {"rate": [1.0]}, 1, out=out)
     with pytest.raises(ValueError, match="is not a sweep of single"):
-        sweep("single", {"rate": [1.0]}, 1, out=out, resume=True, horizon=5.0)
+        sweep(get("single"), {"rate": [1.0]}, 1, out=out, resume=True, horizon=5.0)
     with pytest.raises(ValueError, match="is not a sweep over rate, vp, scheduler"):
-        sweep("single", {"rate": [1.0]}, 1, fixed={"vp": 10}, out=out, resume=True)
+        sweep(get("single"), {"rate": [1.0]}, 1, fixed={"vp": 10}, out=out, resume=True)
     assert len(rows_in(out)) == 1
 
 
@@ -144,13 +144,13 @@ def test_intervals_cover_the_poisson_mean_long():
 
 def test_bad_sweeps_are_value_errors():
     with pytest.raises(ValueError, match="seeds must be 1 for point-c"):
-        plan("point-c", {}, 3)
+        plan(get("point-c"), {}, 3)
     with pytest.raises(ValueError, match="scheduler must be one of"):
-        plan("single", {}, 1, schedulers=["fifo"])
+        plan(get("single"), {}, 1, schedulers=["fifo"])
     with pytest.raises(ValueError, match="scheduler: give it in the grid or as schedulers"):
-        plan("single", {"scheduler": ["orca"]}, 1, schedulers=["vllm"])
+        plan(get("single"), {"scheduler": ["orca"]}, 1, schedulers=["vllm"])
     with pytest.raises(ValueError, match="warmup must be below the horizon"):
-        plan("single", {}, 1, horizon=10.0, warmup=10.0)
+        plan(get("single"), {}, 1, horizon=10.0, warmup=10.0)
     with pytest.raises(ValueError, match="resume needs out"):
         sweep(COUNT, {}, 1, resume=True)
 

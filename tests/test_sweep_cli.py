@@ -67,7 +67,7 @@ def test_plot_draws_lines_and_a_heat_map(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, fragment", [
     (["sweep", "single", "--grid", "colour=1,2"], "grid colour: single has no parameter"),
-    (["sweep", "single", "--grid", "bmax=64,big"], "grid bmax must be an integer or none"),
+    (["sweep", "single", "--grid", "bmax=64,big"], "grid bmax must be an integer >= 1 or none"),
     (["sweep", "single", "--grid", "rate=3:1:1"], "grid rate: empty range"),
     (["sweep", "single", "--grid", "rate=1:3:0"], "grid rate: STEP must be > 0"),
     (["sweep", "single", "--grid", "rate=1,2", "--grid", "rate=3"], "grid rate: given twice"),

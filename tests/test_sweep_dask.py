@@ -5,6 +5,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from llmqueue.sweeps.executors import open_executor  # noqa: E402
+from llmqueue.experiments import get
 from llmqueue.sweeps.runner import sweep  # noqa: E402
 
 GRID = {"arrival": ["poisson"], "rate": [1.0, 2.0]}
@@ -23,14 +24,14 @@ def without_wall_time(rows):
 
 
 def test_dask_gives_the_serial_rows(dask_executor, tmp_path):
-    serial = sweep("single", GRID, 2, **KW)
+    serial = sweep(get("single"), GRID, 2, **KW)
     out = str(tmp_path / "d.csv")
-    on_dask = sweep("single", GRID, 2, executor=dask_executor, out=out, **KW)
+    on_dask = sweep(get("single"), GRID, 2, executor=dask_executor, out=out, **KW)
     assert without_wall_time(on_dask) == without_wall_time(serial)
-    resumed = sweep("single", GRID, 2, executor=dask_executor, out=out, resume=True, **KW)
+    resumed = sweep(get("single"), GRID, 2, executor=dask_executor, out=out, resume=True, **KW)
     assert resumed == on_dask  # nothing ran again: even the wall times are the file's
 
 
 def test_a_failing_run_on_dask_is_the_value_error_of_the_run(dask_executor):
     with pytest.raises(ValueError, match="kmax must be an integer >= 1"):
-        sweep("single", {"kmax": [0]}, 1, executor=dask_executor, horizon=5.0)
+        sweep(get("single"), {"kmax": [0]}, 1, executor=dask_executor, horizon=5.0)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from llmqueue.engine.options import RunOptions
 from llmqueue.theory import capacity as theory
 from llmqueue.cli.main import main
 from llmqueue.experiments import theorem2
@@ -16,9 +17,9 @@ CAPACITY = 512 / 0.15316  # tokens/s, SPEC 6.2
 
 
 def measure(loads, seeds, horizon):
-    params = {**theorem2.SCENARIO.resolve({}), "loads": ",".join(map(str, loads)),
+    params = {**theorem2.EXPERIMENT.resolve({}), "loads": ",".join(map(str, loads)),
               "seeds": seeds}
-    return {r.summary["load"]: r.summary for _, r in theorem2.run(params, horizon, 0)}
+    return {r.summary["load"]: r.summary for _, r in theorem2.run(params, RunOptions(horizon=horizon, seed=0))}
 
 
 def check(rows):

@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from llmqueue import experiments as scenarios
+from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.common import validation
 from llmqueue.policies.builtin import make_policy, policy_names
 from llmqueue.cli.report import COLUMNS, table
-from llmqueue.experiments.base import Rows, Scenario
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import Experiment, Rows
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,12 +77,13 @@ def _per_row(path: str, label: str, many: bool) -> str:
     if not many:
         return path
     stem, ext = os.path.splitext(path)
-    return f"{stem}-{label}{ext}"
+    safe = re.sub(r"[^\w.+-]+", "-", label).strip("-")  # labels like "colocated/total"
+    return f"{stem}-{safe}{ext}"
 
 
 def cmd_list() -> None:
     """Print scenarios and schedulers."""
-    for name, scenario in scenarios.REGISTRY.items():
+    for name, scenario in experiments.REGISTRY.items():
         print(f"scenario   {name:<18} {scenario.summary}")
     for name in policy_names():
         print(f"scheduler  {name:<18} {_first_sentence(make_policy(name).__doc__ or '')}")
@@ -113,26 +116,22 @@ def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    """Run a scenario and print or write what was asked for."""
-    scenario: Optional[Scenario] = scenarios.REGISTRY.get(args.scenario)
-    if scenario is None:
-        raise ValueError(f"scenario must be one of {', '.join(scenarios.REGISTRY)}; "
-                         f"got {args.scenario!r}")
-    params = scenario.resolve(_overrides(args.set, args.scheduler))
+    """Run an experiment and print or write what was asked for."""
+    experiment: Experiment = experiments.get(args.scenario)
+    params = experiment.resolve(_overrides(args.set, args.scheduler))
     if params.get("scheduler") is not None:
         make_policy(params["scheduler"])  # fail early on an unknown name
     if args.horizon is not None and not args.horizon > 0:
         raise ValueError(f"--horizon must be a number > 0; got {args.horizon}")
     if args.seed is not None and args.seed < 0:
         raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
-    logs = {"batches": bool(args.batches), "requests": bool(args.requests),
-            "timeseries": bool(args.timeseries or args.plot)}
     if args.max_pending is not None:
-        if scenario.extra.get("network"):
-            raise ValueError(f"--max-pending applies to single-engine scenarios; "
-                             f"{scenario.name} runs a network of engines")
-        logs["max_pending"] = validation.positive_int("--max-pending", args.max_pending)
-    rows: Rows = scenario.run(params, args.horizon, args.seed, **logs)
+        validation.positive_int("--max-pending", args.max_pending)
+    options = RunOptions(horizon=args.horizon, seed=args.seed, batches=bool(args.batches),
+                         requests=bool(args.requests),
+                         timeseries=bool(args.timeseries or args.plot),
+                         max_pending=args.max_pending)
+    rows: Rows = experiment.execute(params, options)
     many = len(rows) > 1
     for label, result in rows:
         if args.timeseries:
@@ -143,22 +142,22 @@ def cmd_run(args: argparse.Namespace) -> None:
             result.write_requests(_per_row(args.requests, label, many))
     if args.plot:
         from llmqueue.plotting.pending import plot_pending
-        plot_pending(rows, args.plot, f"{scenario.name}: pending requests over time",
+        plot_pending(rows, args.plot, f"{experiment.name}: pending requests over time",
                      kmax=params.get("kmax"))
     summaries = [result.row(label) for label, result in rows]
-    checks = scenario.extra["checks"](rows) if "checks" in scenario.extra else []
+    checks = experiment.checks(rows) if experiment.checks is not None else []
     if args.json:
-        shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
-        doc = {"scenario": scenario.name, "params": shown, "rows": summaries}
+        shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
+        doc = {"scenario": experiment.name, "params": shown, "rows": summaries}
         if checks:
             doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}
                              for c in checks]
         print(json.dumps(doc))
     else:
-        print(table(summaries, scenario.extra.get("columns", COLUMNS)))
+        print(table(summaries, experiment.columns or COLUMNS))
         for check in checks:
             print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-        notes = scenario.extra.get("notes", _drift_notes)
+        notes = experiment.notes or _drift_notes
         lines = notes(rows, params)
         if lines:
             print("\n" + "\n".join(lines))
@@ -188,7 +187,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     from llmqueue.experiments.base import engine_kwargs
     from llmqueue.experiments.single import arrival_rate
     from llmqueue.theory.stability import predict
-    p = scenarios.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
+    p = experiments.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
     if p["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
                          "(an unlimited budget has no full batch)")

@@ -8,7 +8,7 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from llmqueue.sweeps import grid as grids
-from llmqueue import experiments as scenarios
+from llmqueue import experiments
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.cli.report import table
 from llmqueue.sweeps.runner import Row, figure_columns, read_rows, summarize, sweep, varying
@@ -56,10 +56,7 @@ def add_parsers(sub: "argparse._SubParsersAction") -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> None:
     """Run the sweep, write the CSV, print a table (or JSON) of the grid points."""
-    scenario = scenarios.REGISTRY.get(args.scenario)
-    if scenario is None:
-        raise ValueError(f"scenario must be one of {', '.join(scenarios.REGISTRY)}; "
-                         f"got {args.scenario!r}")
+    scenario = experiments.get(args.scenario)
     grid: Dict[str, List[object]] = {}
     for spec in args.grid:
         key, values = grids.parse(scenario, spec)

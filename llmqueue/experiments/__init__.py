@@ -2,7 +2,8 @@
 one :class:`~llmqueue.experiments.base.Experiment` and registers it.  The top
 layer below the CLI and the plots; ``import llmqueue`` does not load it."""
 
-from llmqueue.experiments.base import REGISTRY, Param, Scenario, register
+from llmqueue.common.params import Param
+from llmqueue.experiments.base import REGISTRY, Check, Experiment, RunOptions, register
 # Importing an experiment registers it; this order is the order of `llmqueue list`.
 from llmqueue.experiments import point_c  # noqa: F401
 from llmqueue.experiments import single  # noqa: F401
@@ -18,4 +19,14 @@ from llmqueue.experiments import disaggregated  # noqa: F401
 from llmqueue.experiments import parallel  # noqa: F401
 from llmqueue.experiments import rybko_stolyar  # noqa: F401
 
-__all__ = ["REGISTRY", "Param", "Scenario", "register"]
+
+
+def get(name: str) -> Experiment:
+    """The experiment registered as ``name``, or a ``ValueError`` listing the names."""
+    found = REGISTRY.get(name)
+    if found is None:
+        raise ValueError(f"scenario must be one of {', '.join(REGISTRY)}; got {name!r}")
+    return found
+
+
+__all__ = ["REGISTRY", "Check", "Experiment", "Param", "RunOptions", "get", "register"]

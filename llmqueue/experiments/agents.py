@@ -16,7 +16,8 @@ import simpy
 
 from llmqueue.network.network import Network, NetworkResult, capacity
 from llmqueue.network.workflows import JobContext, JobRecord, job_summary, start_jobs
-from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
+from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
 
 PLANNER = (300, 50)       # prefill, decode tokens of the planning call
 WORKER = (500, 200)       # of each worker call
@@ -69,26 +70,26 @@ def simulate_agents(params: Dict[str, object], horizon: float, seed: int,
     return result, jobs
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """A row per engine (load against capacity) and a total row (job latency)."""
     if not params["rate"] > 0:
         raise ValueError(f"rate must be a number > 0, got {params['rate']!r}")
     if not 0 <= params["review"] <= 1:
         raise ValueError(f"review must be a number in [0, 1], got {params['review']!r}")
-    result, _ = simulate_agents(params, horizon or HORIZON, seed or 0,
-                                logs.get("batches", False))
+    result, _ = simulate_agents(params, options.horizon or HORIZON, options.seed or 0,
+                                options.batches)
     return result.rows()
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="agents",
     summary="SPEC 6.4: planner -> 3 parallel workers -> aggregator over three engines",
     params={**engine_params(bmax=BMAX),
             "rate": Param("float", RATE, "jobs per second (Poisson)"),
             "review": Param("float", REVIEW_P, "chance a job asks the planner for a review")},
     run=run,
-    extra={"network": True},
+    network=True,
+    options=NETWORK_OPTIONS,
     horizon=HORIZON,
     seeded=True,
 ))

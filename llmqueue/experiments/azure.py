@@ -15,7 +15,8 @@ import os
 from typing import Dict, Optional
 
 from llmqueue.models.traces import read_trace
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, each_scheduler, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, each_scheduler, register
 
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
 SPEEDUP = 0.25
@@ -36,19 +37,18 @@ def trace_path(path: str) -> str:
                      f"is absent; give it with --set path=FILE")
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """One row per scheduler (all four, or the one given), same requests."""
     trace = read_trace(trace_path(str(params["path"])))
     workload = trace.workload(limit=params["limit"], speedup=params["speedup"])
-    rows = each_scheduler(params, SCHEDULERS, workload, horizon, **logs)
+    rows = each_scheduler(params, SCHEDULERS, workload, options)
     if params["cdf"]:
         from llmqueue.plotting.pending import plot_latency_cdfs
         plot_latency_cdfs(rows, str(params["cdf"]), f"{workload.description}: latency CDFs")
     return rows
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="azure",
     summary="replay a real trace (default: Azure 2023 conversation) against the four schedulers",
     params={**ENGINE_PARAMS,

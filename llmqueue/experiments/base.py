@@ -1,73 +1,42 @@
-"""What a scenario is: named parameters with types and defaults, and a function
-that turns them into labelled runs.  The CLI and the scripts share these."""
+"""What an experiment is: named parameters with types, defaults and bounds, the
+run options it honours, and a function that turns parameters into labelled
+runs.  The CLI, the sweeps and the scripts in ``scenarios/`` share these."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from llmqueue.models.latency import Staircase
+from llmqueue.common.params import Param
+from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
+from llmqueue.models.latency import Staircase
 from llmqueue.models.workload import Workload
 
 Rows = List[Tuple[str, Result]]
+"""An experiment's output: ``(label, result)`` per row."""
+Column = Tuple[str, str, str]
+"""A table column: summary key, heading, format."""
 
 
-@dataclass(frozen=True)
-class Param:
-    """One ``--set`` parameter: its type, default and meaning."""
+class Check(NamedTuple):
+    """One expectation an experiment checks on its own rows."""
 
-    kind: str  # "int", "int-or-none", "float", "float-or-none", "bool", "str"
-    default: object
-    help: str
-    choices: Tuple[str, ...] = ()
-
-    def parse(self, name: str, text: str) -> object:
-        """Read ``text`` as this parameter's type, or raise ``ValueError``."""
-        try:
-            if self.kind == "int-or-none":
-                return None if text.lower() == "none" else _int(text)
-            if self.kind == "int":
-                return _int(text)
-            if self.kind in ("float", "float-or-none"):
-                if self.kind == "float-or-none" and text.lower() == "none":
-                    return None
-                value = float(text)
-                if value != value or value in (float("inf"), float("-inf")):
-                    raise ValueError
-                return value
-            if self.kind == "bool":
-                lowered = text.lower()
-                if lowered in ("true", "1", "yes", "on"):
-                    return True
-                if lowered in ("false", "0", "no", "off"):
-                    return False
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{name} must be {_DESCRIBE[self.kind]}; got {text!r}") from None
-        if self.choices and text not in self.choices:
-            raise ValueError(f"{name} must be one of {', '.join(self.choices)}; got {text!r}")
-        return text
+    name: str
+    passed: bool
+    detail: str
 
 
-_DESCRIBE = {"int": "an integer", "int-or-none": "an integer or none", "float": "a number",
-             "float-or-none": "a number or none", "bool": "true or false"}
-
-
-def _int(text: str) -> int:
-    return int(text.replace("_", ""))
-
-
-#: Parameters of one engine, shared by every single-engine scenario.
+#: Parameters of one engine, shared by every single-engine experiment.
 ENGINE_PARAMS: Dict[str, Param] = {
     "scheduler": Param("str", "sarathi", "scheduling policy (see `llmqueue list`)"),
-    "bmax": Param("int-or-none", 128, "token budget per iteration (none: unlimited)"),
-    "kmax": Param("int-or-none", 100, "most resident requests (none: unlimited)"),
+    "bmax": Param("int-or-none", 128, "token budget per iteration (none: unlimited)", low=1),
+    "kmax": Param("int-or-none", 100, "most resident requests (none: unlimited)", low=1),
     "chunked": Param("bool", True, "split prompts across iterations"),
     "c": Param("float", 0.01128, "staircase constant time per batch (s)"),
     "a": Param("float", 0.03547, "staircase time per step of b0 tokens (s)"),
-    "b0": Param("int", 128, "staircase step width (tokens)"),
+    "b0": Param("int", 128, "staircase step width (tokens)", low=1),
 }
 
 
@@ -89,27 +58,44 @@ def engine_kwargs(p: Mapping[str, object]) -> Dict[str, object]:
 
 
 def each_scheduler(params: Mapping[str, object], schedulers: Sequence[str],
-                   workload: Workload, horizon: Optional[float], **logs: bool) -> Rows:
+                   workload: Workload, options: RunOptions,
+                   horizon: Optional[float] = None) -> Rows:
     """A ``(scheduler, result)`` row for each of ``schedulers`` (or only
     ``params["scheduler"]`` when set), all on ``workload`` with the engine
-    parameters of ``params``."""
+    parameters of ``params``, until ``options.horizon`` (else ``horizon``)."""
     names = schedulers if params["scheduler"] is None else (params["scheduler"],)
-    return [(str(name), simulate(workload, horizon=horizon,
-                                 **engine_kwargs({**params, "scheduler": name}), **logs))
+    span = options.horizon or horizon
+    return [(str(name), simulate(workload, horizon=span, **options.logs(),
+                                 **engine_kwargs({**params, "scheduler": name})))
             for name in names]
 
 
 @dataclass(frozen=True)
-class Scenario:
-    """A named experiment the CLI can run."""
+class Experiment:
+    """A named experiment the CLI can run and a sweep can repeat."""
 
     name: str
+    """The name ``llmqueue run`` takes."""
     summary: str
+    """One line: what it runs."""
     params: Dict[str, Param]
-    run: Callable[..., Rows]
+    """Its ``--set`` parameters."""
+    run: Callable[[Dict[str, object], RunOptions], Rows]
+    """``run(params, options)``: the rows (call :meth:`execute`, which checks options)."""
     horizon: Optional[float] = None
+    """Simulated seconds when none is given (``None``: it runs until its requests finish)."""
     seeded: bool = False
-    extra: Dict[str, object] = field(default_factory=dict)
+    """Whether it draws random numbers (then ``seed`` matters)."""
+    options: FrozenSet[str] = ALL_OPTIONS
+    """The :class:`~llmqueue.engine.options.RunOptions` it honours."""
+    checks: Optional[Callable[[Rows], List[Check]]] = None
+    """Expectations it checks on its rows (printed PASS/FAIL)."""
+    columns: Optional[Sequence[Column]] = None
+    """The table it prints, when not the standard one."""
+    notes: Optional[Callable[[Rows, Dict[str, object]], List[str]]] = None
+    """Lines printed under the table, when not the standard drift notes."""
+    network: bool = field(default=False)
+    """Whether it runs several engines (per-engine and total rows)."""
 
     def resolve(self, overrides: Mapping[str, str]) -> Dict[str, object]:
         """Defaults with ``--set`` overrides parsed and checked."""
@@ -121,11 +107,29 @@ class Scenario:
             values[name] = self.params[name].parse(name, text)
         return values
 
+    def check_options(self, options: RunOptions) -> None:
+        """Raise ``ValueError`` naming any option asked for that this
+        experiment cannot honour (never ignore one silently)."""
+        honoured = self.options if self.seeded else self.options - {"seed"}
+        refused = sorted(options.asked() - honoured)
+        if refused:
+            allowed = ", ".join(sorted(honoured)) or "none"
+            why = " (it runs a network of engines, not a single-engine run)" \
+                if self.network else ""
+            raise ValueError(f"{self.name} does not support {', '.join(refused)}{why}; "
+                             f"it supports: {allowed}")
 
-REGISTRY: Dict[str, Scenario] = {}
+    def execute(self, params: Dict[str, object], options: RunOptions = RunOptions()) -> Rows:
+        """Check ``options`` against what this experiment honours, then run it."""
+        self.check_options(options)
+        return self.run(params, options)
 
 
-def register(scenario: Scenario) -> Scenario:
-    """Add ``scenario`` to the CLI's list."""
-    REGISTRY[scenario.name] = scenario
-    return scenario
+REGISTRY: Dict[str, Experiment] = {}
+"""Every registered experiment by name, in registration order."""
+
+
+def register(experiment: Experiment) -> Experiment:
+    """Add ``experiment`` to the CLI's list."""
+    REGISTRY[experiment.name] = experiment
+    return experiment

@@ -19,7 +19,8 @@ from llmqueue.models.arrivals import Poisson
 from llmqueue.models.latency import tokens_time
 from llmqueue.models.sizes import Geometric
 from llmqueue.models.workload import Workload, compose
-from llmqueue.experiments.base import (Param, Rows, Scenario, each_scheduler, engine_kwargs, engine_params,
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import (Param, Rows, Experiment, each_scheduler, engine_kwargs, engine_params,
                    register)
 
 MEAN_PREFILL = 129       # tokens per prompt, on average
@@ -59,11 +60,10 @@ def rate_of(params: Dict[str, object]) -> float:
     return params["load"] * star
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """The four schedulers on one arrival stream (or one, if a scheduler is given)."""
-    workload = geometric_workload(rate_of(params), params["vp"], params["vd"], seed or 0)
-    return each_scheduler(params, SCHEDULERS, workload, horizon or HORIZON, **logs)
+    workload = geometric_workload(rate_of(params), params["vp"], params["vd"], options.seed or 0)
+    return each_scheduler(params, SCHEDULERS, workload, options, HORIZON)
 
 
 def explain(rows: Rows, params: Dict[str, object]) -> List[str]:
@@ -78,7 +78,10 @@ def explain(rows: Rows, params: Dict[str, object]) -> List[str]:
              f"batch)."]
     for name, result in rows:
         s = result.summary
-        batches = s["batches"] or 1
+        if not s["batches"] or s["backlog_slope"] is None:
+            lines.append(f"- {name}: too short a run to say ({s['batches']} batches)")
+            continue
+        batches = s["batches"]
         mean_batch = s["throughput_tokens_per_s"] * s["duration"] / batches
         unused = s["non_work_conserving_batches"] / batches
         lines.append(
@@ -94,7 +97,7 @@ def explain(rows: Rows, params: Dict[str, object]) -> List[str]:
     return lines
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="blowup",
     summary="teaching demo: Fig. 1 workload (Poisson, geometric 129+112 tokens) at 0.95 of "
             "lambda*, four schedulers",
@@ -106,5 +109,5 @@ SCENARIO = register(Scenario(
     run=run,
     horizon=HORIZON,
     seeded=True,
-    extra={"notes": explain},
+    notes=explain,
 ))

@@ -24,7 +24,8 @@ from llmqueue.network.network import Network
 from llmqueue.engine.results import Result
 from llmqueue.models.sizes import Geometric
 from llmqueue.network.workflows import JobContext, JobRecord, start_jobs
-from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
+from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
 
 GPUS = 4
 PREFILL_GPUS = 3
@@ -95,7 +96,8 @@ def load_limit(params: Dict[str, object], mode: str) -> float:
                (gpus - prefill_gpus) / gpus * tokens / (params["vd"] - 1))
 
 
-def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: int
+def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: int,
+                  batches: bool = False
                   ) -> List[Tuple[str, Result]]:
     """One mode's rows: each pool, then ``total`` with whole-request figures."""
     kw = engine_kwargs(params)
@@ -105,7 +107,7 @@ def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: in
     if not 1 <= prefill_gpus < gpus:
         raise ValueError(f"prefill_gpus must be an integer in 1..gpus-1={gpus - 1}, "
                          f"got {prefill_gpus!r}")
-    net = Network(seed=seed)
+    net = Network(seed=seed, batches=batches)
     if mode == "colocated":
         net.add_replicas("colocated", gpus, **engine)
         pools = ["colocated"]
@@ -128,8 +130,7 @@ def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: in
     return rows
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """Colocated then disaggregated rows at the same load on the same GPUs."""
     if params["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (lambda* needs a budget), got None")
@@ -142,11 +143,12 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
         raise ValueError(f"transfer must be a number >= 0, got {params['transfer']!r}")
     rows: Rows = []
     for mode in ("colocated", "disaggregated"):
-        rows.extend(simulate_mode(params, mode, horizon or HORIZON, seed or 0))
+        rows.extend(simulate_mode(params, mode, options.horizon or HORIZON, options.seed or 0,
+                                  options.batches))
     return rows
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="disaggregated",
     summary="prefill and decode on separate pools against the same GPUs colocated",
     params={**engine_params(bmax=BMAX, kmax=None),
@@ -157,7 +159,8 @@ SCENARIO = register(Scenario(
             "vp": Param("int", PREFILL, "mean prefill tokens (geometric)"),
             "vd": Param("int", DECODE, "mean decode tokens (geometric)")},
     run=run,
-    extra={"network": True},
+    network=True,
+    options=NETWORK_OPTIONS,
     horizon=HORIZON,
     seeded=True,
 ))

@@ -18,7 +18,8 @@ import numpy as np
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.workload import renewal
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, engine_params, register
 from llmqueue.experiments import point_c
 
 KMAX = 100
@@ -38,16 +39,15 @@ def sizes(lambda_p: float, lambda_d: float, gap: float) -> Tuple[int, int]:
     return round(lambda_p * gap), max(1, round(lambda_d * gap))
 
 
-def run_point(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-              **logs: bool) -> Rows:
+def run_point(params: Dict[str, object], options: RunOptions) -> Rows:
     """One run at the rates ``(lambda_p, lambda_d)``."""
     vp, vd = sizes(params["lambda_p"], params["lambda_d"], params["gap"])
-    result = simulate(renewal(params["gap"], vp, vd), horizon=horizon or HORIZON,
-                      **engine_kwargs(params), **logs)
+    result = simulate(renewal(params["gap"], vp, vd), horizon=options.horizon or HORIZON,
+                      **engine_kwargs(params), **options.logs())
     return [(f"{params['scheduler']}-{params['bmax']}", result)]
 
 
-POINT = register(Scenario(
+POINT = register(Experiment(
     name="kmax-point",
     summary="one engine at prefill/decode token rates (lambda_p, lambda_d); sweep it",
     params={**engine_params(kmax=KMAX),
@@ -59,8 +59,7 @@ POINT = register(Scenario(
 ))
 
 
-def run_region(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-               **logs: bool) -> Rows:
+def run_region(params: Dict[str, object], options: RunOptions) -> Rows:
     """Every grid point for every panel, on the sweep machinery; draws the figure."""
     from llmqueue.sweeps.runner import sweep
     rows: Rows = []
@@ -68,7 +67,7 @@ def run_region(params: Dict[str, object], horizon: Optional[float], seed: Option
         runs = sweep(POINT, {"lambda_p": list(LAMBDA_P), "lambda_d": list(LAMBDA_D)},
                      schedulers=[scheduler],
                      fixed={"bmax": bmax, "kmax": params["kmax"], "gap": params["gap"]},
-                     horizon=horizon or HORIZON, progress=False)
+                     horizon=options.horizon or HORIZON, progress=False)
         for run in runs:
             label = f"{scheduler}-{bmax} ({run['lambda_p']:g}, {run['lambda_d']:g})"
             rows.append((label, Result(dict(run))))
@@ -78,7 +77,8 @@ def run_region(params: Dict[str, object], horizon: Optional[float], seed: Option
     return rows
 
 
-REGION = register(Scenario(
+REGION = register(Experiment(
+    options=frozenset({"horizon"}),  # a sweep of kmax-point runs; no logs, no warm-up
     name="kmax-region",
     summary="SPEC 6.5: Theorem 10's region at bmax 128 and 1024 (kmax 100) with "
             "simulated verdicts",
@@ -87,8 +87,8 @@ REGION = register(Scenario(
             "figure": Param("str", "", "also draw the region figure to this PNG")},
     run=run_region,
     horizon=HORIZON,
-    extra={"columns": [("lambda_p", "prefill tok/s", "{:g}"),
+    columns=[("lambda_p", "prefill tok/s", "{:g}"),
                        ("lambda_d", "decode tok/s", "{:g}"),
                        ("verdict", "verdict", "{}"), ("backlog_slope", "slope", "{:.1f}"),
-                       ("pending_mean", "pending mean", "{:.1f}")]},
+                       ("pending_mean", "pending mean", "{:.1f}")],
 ))

@@ -21,7 +21,8 @@ from llmqueue.network.classes import RequestClass, class_stream
 from llmqueue.network.routers import router_names
 from llmqueue.models.sizes import Geometric
 from llmqueue.models.workload import Workload, poisson
-from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
+from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
 
 ENGINES = 4
 LOAD = 0.95
@@ -62,8 +63,7 @@ def simulate_router(params: Dict[str, object], router: str, horizon: float, seed
     return net.run(horizon)
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """One router: a row per engine and a ``total`` row.  ``router=all``: the
     ``total`` row of each router, labelled by the router."""
     if params["load"] <= 0:
@@ -71,15 +71,15 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
     routers = router_names() if params["router"] == "all" else [params["router"]]
     rows: Rows = []
     for router in routers:
-        result = simulate_router(params, router, horizon or HORIZON, seed or 0,
-                                 logs.get("batches", False))
+        result = simulate_router(params, router, options.horizon or HORIZON, options.seed or 0,
+                                 options.batches)
         for _, r in result.rows():
             r.add_figures(router=router)
         rows.extend(result.rows() if len(routers) == 1 else [(router, result.total)])
     return rows
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="parallel",
     summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
     params={**engine_params(bmax=BMAX, kmax=None),
@@ -91,7 +91,8 @@ SCENARIO = register(Scenario(
             "vp": Param("int", PREFILL, "prefill tokens per request (mean)"),
             "vd": Param("int", DECODE, "decode tokens per request (mean)")},
     run=run,
-    extra={"network": True},
+    network=True,
+    options=NETWORK_OPTIONS,
     horizon=HORIZON,
     seeded=True,
 ))

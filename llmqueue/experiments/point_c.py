@@ -13,13 +13,19 @@ from typing import Dict, List, Optional, Tuple
 
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.workload import renewal
-from llmqueue.experiments.base import Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
 
 GAP = 0.4675          # seconds between arrivals
 PREFILL = 290         # tokens per prompt
 DECODE = 990          # tokens per output
 KMAX = 100            # resident requests
 HORIZON = 500.0       # seconds
+
+#: The token budget of SPEC 6.1 (a row's budget when only a scheduler is named).
+BMAX = 128
+#: The paper's four schedulers (the rows when a bmax is given).
+SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
 
 #: The six rows of the reference table: (scheduler, bmax, chunked).
 ROWS: List[Tuple[str, int, bool]] = [
@@ -37,27 +43,40 @@ def label(scheduler: str, bmax: int, chunked: bool) -> str:
     return f"{scheduler}-{'whole' if not chunked else bmax}"
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
-    """The six rows, or one row if a scheduler is given."""
-    if params["scheduler"] is None:
-        rows = ROWS
-    else:
-        rows = [(params["scheduler"], params["bmax"], params["chunked"])]
+def rows_of(params: Dict[str, object]) -> List[Tuple[str, int, bool]]:
+    """The ``(scheduler, bmax, chunked)`` rows the parameters ask for: the six
+    reference rows by default; with ``bmax``, the four paper schedulers at that
+    budget; with ``scheduler``, that one row (at ``bmax``, else 128)."""
+    scheduler, bmax, chunked = params["scheduler"], params["bmax"], params["chunked"]
+    if scheduler is not None:
+        return [(str(scheduler), BMAX if bmax is None else int(bmax), bool(chunked))]
+    if bmax is not None:
+        return [(name, int(bmax), bool(chunked)) for name in SCHEDULERS]
+    if not chunked:
+        raise ValueError("chunked=false needs a scheduler or a bmax: the six reference rows "
+                         "set their own (fastertransformer-whole is the unchunked one)")
+    return ROWS
+
+
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
+    """One run per row of :func:`rows_of`."""
     out: Rows = []
-    for name, bmax, chunked in rows:
+    for name, bmax, chunked in rows_of(params):
         p = {**params, "scheduler": name, "bmax": bmax, "chunked": chunked}
-        result = simulate(renewal(p["gap"], p["vp"], p["vd"]), horizon=horizon or HORIZON,
-                          **engine_kwargs(p), **logs)
+        result = simulate(renewal(p["gap"], p["vp"], p["vd"]),
+                          horizon=options.horizon or HORIZON, **engine_kwargs(p),
+                          **options.logs())
         out.append((label(name, bmax, chunked), result))
     return out
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="point-c",
     summary="SPEC 6.1: the six schedulers at the Theorem 2 boundary (290+990 tokens every 0.4675 s)",
     params={**engine_params(kmax=KMAX),
             "scheduler": Param("str", None, "run only this scheduler's row (default: all six)"),
+            "bmax": Param("int-or-none", None, "token budget of every row (default: each "
+                          "reference row's own: 128, 1024 or whole prompts)", low=1),
             "gap": Param("float", GAP, "seconds between arrivals"),
             "vp": Param("int", PREFILL, "prefill tokens per request"),
             "vd": Param("int", DECODE, "decode tokens per request")},

@@ -22,7 +22,8 @@ from llmqueue.network.network import Network, NetworkResult
 from llmqueue.policies.builtin import ClassPriority, Sarathi
 from llmqueue.models.sizes import PoissonSize, SizeLaw, decode_sizes
 from llmqueue.network.workflows import JobContext, job_summary, start_jobs
-from llmqueue.experiments.base import Param, Rows, Scenario, register
+from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
+from llmqueue.experiments.base import Param, Rows, Experiment, register
 
 BMAX = 768
 SHORT = (PoissonSize(32), PoissonSize(32))               # prefill, decode of a short hop
@@ -81,29 +82,29 @@ def simulate_priority(priority: str, horizon: float = HORIZON, load: float = LOA
     return result, jobs
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """Per-engine and total rows for each priority asked for; the total row
     carries the job figures of :func:`~llmqueue.workflows.job_summary`."""
     priorities = ["exiting", "entering"] if params["priority"] == "both" else [params["priority"]]
     rows: Rows = []
     for priority in priorities:
-        result, jobs = simulate_priority(priority, horizon or HORIZON, params["load"],
-                                         seed or 0, logs.get("batches", False))
+        result, jobs = simulate_priority(priority, options.horizon or HORIZON, params["load"],
+                                         options.seed or 0, options.batches)
         result.total.add_figures(**job_summary(jobs["A"] + jobs["B"]),
                                  classes={str(k): v for k, v in result.by_class().items()})
         rows.extend(result.rows(prefix=f"{priority}/"))
     return rows
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="rybko-stolyar",
     summary="SPEC 6.4: two engines, cyclic routes; exiting-class priority is unstable",
     params={"priority": Param("str", "both", "which class each engine favours",
                               ("exiting", "entering", "both")),
             "load": Param("float", LOAD, "offered load of each engine (fraction of 768/unit)")},
     run=run,
-    extra={"network": True},
+    network=True,
+    options=NETWORK_OPTIONS,
     horizon=HORIZON,
     seeded=True,
 ))

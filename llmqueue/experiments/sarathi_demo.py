@@ -27,7 +27,8 @@ from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.sizes import Mixture, UniformInt
 from llmqueue.models.workload import Workload, compose
-from llmqueue.experiments.base import Param, Rows, Scenario, register
+from llmqueue.engine.options import ALL_OPTIONS, RunOptions
+from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
 
 KMAX = 16
 COUNT = 300
@@ -46,14 +47,6 @@ TTFT_LIMIT = 1.4                # TTFT p99 at most 1.4x the baseline
 THROUGHPUT_FLOOR = 0.85         # throughput at least 0.85x the baseline
 
 
-class Check(NamedTuple):
-    """One expectation: its statement, whether it held, and the figures."""
-
-    name: str
-    passed: bool
-    detail: str
-
-
 def workload(rate: float = RATE, count: int = COUNT, long_fraction: float = LONG_FRACTION,
              seed: int = SEED) -> Workload:
     """The SPEC 6.6 request stream."""
@@ -63,7 +56,7 @@ def workload(rate: float = RATE, count: int = COUNT, long_fraction: float = LONG
     return compose(Poisson(rate), Mixture(parts), UniformInt(*OUTPUT), count=count, seed=seed)
 
 
-def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: bool) -> Result:
+def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: object) -> Result:
     """Run ``stream`` to the end under the step model with no token budget, and
     add ``output_tokens_per_s`` (output tokens / makespan) to the summary."""
     result = simulate(stream, policy, bmax=None, kmax=kmax, latency=StepModel(), **logs)
@@ -72,16 +65,13 @@ def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: 
     return result
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """Rows ``whole-prefill`` and ``chunked`` on the same requests."""
-    if horizon is not None:
-        raise ValueError(f"--horizon is not used by sarathi-demo (it runs its requests until "
-                         f"all finish), got {horizon}; set the number with --set count=N")
     requests = workload(params["rate"], params["count"], params["long_fraction"],
-                        SEED if seed is None else seed)
-    return [("whole-prefill", serve(requests, WholePrefill(), params["kmax"], **logs)),
-            ("chunked", serve(requests, Sarathi(chunk=params["chunk"]), params["kmax"], **logs))]
+                        SEED if options.seed is None else options.seed)
+    kmax = params["kmax"]
+    return [("whole-prefill", serve(requests, WholePrefill(), kmax, **options.logs())),
+            ("chunked", serve(requests, Sarathi(chunk=params["chunk"]), kmax, **options.logs()))]
 
 
 def checks(rows: Rows) -> List[Check]:
@@ -131,7 +121,8 @@ COLUMNS = [("output_tokens_per_s", "output tok/s", "{:.0f}"),
            ("completed", "done", "{:d}")]
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
+    options=ALL_OPTIONS - {"horizon", "warmup"},  # it runs its requests until all finish
     name="sarathi-demo",
     summary="SPEC 6.6: chunked prefill (sarathi, chunk) against whole prefills, step model",
     params={"chunk": Param("int", CHUNK, "prefill tokens per iteration on the chunked side"),
@@ -141,7 +132,8 @@ SCENARIO = register(Scenario(
             "long_fraction": Param("float", LONG_FRACTION, "share of long prompts")},
     run=run,
     seeded=True,
-    extra={"checks": checks, "columns": COLUMNS},
+    checks=checks,
+    columns=COLUMNS,
 ))
 
 

@@ -7,7 +7,8 @@ from typing import Dict, Optional
 from llmqueue.common import validation
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.workload import poisson, renewal
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, register
 from llmqueue.experiments import point_c
 
 
@@ -18,20 +19,20 @@ def arrival_rate(params: Dict[str, object]) -> float:
     return 1.0 / validation.positive_number("gap", params["gap"])
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     p = params
     rate = arrival_rate(p)
     if p["arrival"] == "poisson":
-        workload = poisson(rate, p["vp"], p["vd"], seed=seed or 0)
+        workload = poisson(rate, p["vp"], p["vd"], seed=options.seed or 0)
     else:
         workload = renewal(1.0 / rate, p["vp"], p["vd"])
-    result = simulate(workload, horizon=horizon or point_c.HORIZON, **engine_kwargs(p), **logs)
+    result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **engine_kwargs(p),
+                      **options.logs())
     return [(str(p["scheduler"]), result)]
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="single",
     summary="one engine, every parameter settable (defaults: point C with sarathi-128)",
     params={**ENGINE_PARAMS,

@@ -11,6 +11,7 @@ slope over the seeds, its standard error, and the fluid slope
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -18,7 +19,8 @@ import numpy as np
 from llmqueue.theory import capacity as theory
 from llmqueue.engine.results import Result
 from llmqueue.experiments import single
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, engine_params, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, engine_params, register
 
 PREFILL = 100          # tokens per prompt
 DECODE = 100           # tokens per output
@@ -65,12 +67,11 @@ def load_row(fraction: float, runs: Sequence[Mapping[str, object]], rate: float,
             "backlog_final": float(np.mean([r["backlog_final"] for r in runs]))}
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """One row per load, from a sweep of the ``single`` scenario over the
-    arrival rate (Poisson, ``seeds`` replicates per rate, seeded from ``seed``).
+    arrival rate (Poisson, ``seeds`` replicates per rate, seeded from ``options.seed``).
     Logs, when asked for, are those of each load's first replicate (run again
-    with the same seed)."""
+    with the same options.seed)."""
     from llmqueue import sweeps  # the sweep machinery imports the scenarios
 
     p = params
@@ -87,24 +88,26 @@ def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int]
     rates = [fraction * star for fraction in fractions]
     fixed = {**{k: p[k] for k in ENGINE_PARAMS}, "arrival": "poisson", "vp": p["vp"],
              "vd": p["vd"]}
-    tasks = sweeps.plan(single.SCENARIO, {"rate": rates}, seeds, fixed=fixed,
-                        horizon=horizon or HORIZON, base_seed=seed or 0)
+    tasks = sweeps.plan(single.EXPERIMENT, {"rate": rates}, seeds, fixed=fixed,
+                        horizon=options.horizon or HORIZON, base_seed=options.seed or 0)
     runs = [row for rows in sweeps.execute(tasks, progress=False) for row in rows]
     out: Rows = []
     for i, (fraction, rate) in enumerate(zip(fractions, rates)):
         fluid = theory.fluid_slope(rate, p["bmax"], p["vp"], p["vd"], latency)
         summary = load_row(fraction, runs[i * seeds:(i + 1) * seeds], rate, fluid)
         result = Result(summary)
-        if any(logs.values()):
+        if options.asked() & {"batches", "requests", "timeseries"}:
             task = tasks[i * seeds]
-            _, first = task.scenario.run(task.params, task.horizon, task.seed, **logs)[0]
+            again = replace(options, horizon=task.horizon, seed=task.seed)
+            _, first = task.experiment.execute(task.params, again)[0]
             result = Result(summary, first.params, first.batch_log, first.request_log,
                             first.series)
         out.append((f"{fraction:.2f} lambda*", result))
     return out
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
+    options=frozenset({"horizon", "seed", "batches", "requests", "timeseries"}),
     name="theorem2",
     summary="SPEC 6.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
             "(Poisson, 100+100 tokens, bmax 512)",
@@ -117,5 +120,5 @@ SCENARIO = register(Scenario(
     run=run,
     horizon=HORIZON,
     seeded=True,
-    extra={"columns": COLUMNS},
+    columns=COLUMNS,
 ))

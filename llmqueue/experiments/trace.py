@@ -7,21 +7,21 @@ from typing import Dict, Optional
 
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.traces import read_csv
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Scenario, engine_kwargs, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, register
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     if not params["path"]:
         raise ValueError("path must name a CSV file (arrival,prefill,decode); "
                          "give it with --set path=FILE")
-    result = simulate(read_csv(str(params["path"])), horizon=horizon,
-                      **engine_kwargs(params), **logs)
+    result = simulate(read_csv(str(params["path"])), horizon=options.horizon,
+                      **engine_kwargs(params), **options.logs())
     return [(str(params["scheduler"]), result)]
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="trace",
     summary="replay a CSV of requests (arrival,prefill,decode) until all finish",
     params={**ENGINE_PARAMS, "path": Param("str", "", "the CSV file to replay")},

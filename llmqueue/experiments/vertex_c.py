@@ -17,7 +17,8 @@ from typing import Dict, List, Optional, Tuple
 
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.workload import renewal
-from llmqueue.experiments.base import Param, Rows, Scenario, register
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import Param, Rows, Experiment, register
 from llmqueue.experiments import point_c
 
 HORIZON = 5000.0                 # seconds at point C
@@ -27,31 +28,31 @@ LIGHT_GAPS = (0.55, 0.8)         # seconds between arrivals, below point C's loa
 RUNS: List[Tuple[str, int]] = [("sarathi", 128), ("sarathi", 1024), ("step-fill", 1024)]
 
 
-def run(params: Dict[str, object], horizon: Optional[float], seed: Optional[int],
-        **logs: bool) -> Rows:
+def run(params: Dict[str, object], options: RunOptions) -> Rows:
     """The three contenders at point C, then at the lighter loads."""
     rows: Rows = []
-    for gap, span in [(point_c.GAP, horizon or HORIZON)] + [(g, LIGHT_HORIZON)
+    for gap, span in [(point_c.GAP, options.horizon or HORIZON)] + [(g, LIGHT_HORIZON)
                                                              for g in LIGHT_GAPS]:
         for scheduler, bmax in RUNS:
             result = simulate(renewal(gap, point_c.PREFILL, point_c.DECODE), scheduler,
-                              bmax=bmax, kmax=point_c.KMAX, horizon=span, **logs)
+                              bmax=bmax, kmax=point_c.KMAX, horizon=span,
+                              **options.logs())
             result.add_figures(gap=gap)
             rows.append((f"{scheduler}-{bmax} @ {gap:g} s", result))
     return rows
 
 
-SCENARIO = register(Scenario(
+EXPERIMENT = register(Experiment(
     name="vertex-c",
     summary="SPEC 6.5: sarathi-128 vs sarathi-1024 vs step-fill-1024 at point C "
             "(5000 s) and at lighter loads",
     params={},
     run=run,
     horizon=HORIZON,
-    extra={"columns": [("verdict", "verdict", "{}"), ("pending_mean", "pending mean", "{:.1f}"),
+    columns=[("verdict", "verdict", "{}"), ("pending_mean", "pending mean", "{:.1f}"),
                        ("pending_final", "final", "{:d}"),
                        ("decode_batch_mean", "decode batch", "{:.1f}"),
                        ("ttft_p50", "TTFT p50 s", "{:.3f}"), ("ttft_p99", "TTFT p99 s", "{:.3f}"),
                        ("tpot_p50", "TPOT p50 s", "{:.4f}"),
-                       ("tpot_p99", "TPOT p99 s", "{:.4f}")]},
+                       ("tpot_p99", "TPOT p99 s", "{:.4f}")],
 ))

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llmqueue import experiments as scenarios
+from llmqueue import experiments
 from llmqueue.plotting.pending import plt, save
 from llmqueue.sweeps.runner import Row, figure_columns, point_columns, summarize, varying
 
@@ -36,7 +36,7 @@ def key_label(key: str) -> str:
     (without its note on the default)."""
     if key in ("scheduler", "label"):
         return key
-    for scenario in scenarios.REGISTRY.values():
+    for scenario in experiments.REGISTRY.values():
         if key in scenario.params:
             return f"{key}: {scenario.params[key].help.split(' (default')[0]}"
     return key

@@ -13,9 +13,9 @@ import hashlib
 import itertools
 import json
 import math
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Protocol, Sequence, Tuple
 
-from llmqueue.experiments.base import Scenario
+from llmqueue.common.params import Param
 
 #: Parameters left out of the seed: runs that differ only in these see the
 #: same random arrivals (common random numbers), so schedulers are compared
@@ -40,7 +40,14 @@ def run_seed(base_seed: int, params: Mapping[str, object], replicate: int) -> in
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
-def check(scenario: Scenario, grid: Mapping[str, Sequence[object]]
+class Parametrized(Protocol):
+    """Anything with a name and typed parameters (an experiment)."""
+
+    name: str
+    params: Mapping[str, Param]
+
+
+def check(scenario: Parametrized, grid: Mapping[str, Sequence[object]]
           ) -> Dict[str, List[object]]:
     """The grid with each key checked against ``scenario``'s parameters and each
     value read as that parameter's type (text or a Python value)."""
@@ -57,7 +64,7 @@ def check(scenario: Scenario, grid: Mapping[str, Sequence[object]]
     return out
 
 
-def parse(scenario: Scenario, spec: str) -> Tuple[str, List[object]]:
+def parse(scenario: Parametrized, spec: str) -> Tuple[str, List[object]]:
     """One ``--grid`` option: ``KEY=V1,V2,...`` or ``KEY=START:STOP:STEP``
     (``STOP`` included when the steps land on it)."""
     key, sep, text = spec.partition("=")
@@ -75,7 +82,7 @@ def parse(scenario: Scenario, spec: str) -> Tuple[str, List[object]]:
     return key, check(scenario, {key: items})[key]
 
 
-def _range(scenario: Scenario, key: str, text: str) -> List[object]:
+def _range(scenario: Parametrized, key: str, text: str) -> List[object]:
     kind = scenario.params[key].kind
     parts = text.split(":")
     if len(parts) != 3 or kind not in ("int", "int-or-none", "float", "float-or-none"):

@@ -18,19 +18,37 @@ import sys
 import time
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
-from typing import (Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set,
-                    Tuple, Union)
+from typing import (Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence,
+                    Set, Tuple)
 
 from llmqueue.sweeps import grid as grids
-from llmqueue import experiments as scenarios
 from llmqueue.common import validation
 from llmqueue.policies.builtin import make_policy
-from llmqueue.experiments.base import Scenario
+from llmqueue.common.params import Param
+from llmqueue.engine.options import RunOptions
+from llmqueue.engine.results import Result
 from llmqueue.theory.stats import aggregate
 
 Row = Dict[str, object]
 
 #: Columns between the grid point and the figures, in this order.
+class Runnable(Protocol):
+    """What a sweep needs of an experiment (:class:`llmqueue.experiments.Experiment`
+    is one): its name, typed parameters, defaults, and a checked run."""
+
+    name: str
+    params: Mapping[str, Param]
+    horizon: Optional[float]
+    seeded: bool
+
+    def resolve(self, overrides: Mapping[str, str]) -> Dict[str, object]: ...
+
+    def check_options(self, options: RunOptions) -> None: ...
+
+    def execute(self, params: Dict[str, object],
+                options: RunOptions = ...) -> List[Tuple[str, Result]]: ...
+
+
 RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")
 
 
@@ -38,8 +56,8 @@ RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")
 class Task:
     """One run of a sweep: everything a worker needs, and nothing it must look up."""
 
-    scenario: Scenario
-    params: Dict[str, object]  # every parameter of the scenario, resolved
+    experiment: Runnable
+    params: Dict[str, object]  # every parameter of the experiment, resolved
     point: Dict[str, object]   # the grid values and the scheduler: the row's key columns
     replicate: int
     seed: int
@@ -56,12 +74,12 @@ class Task:
 MAX_SEEDS = 10_000
 
 
-def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
+def plan(scenario: Runnable, grid: Mapping[str, Sequence[object]],
          seeds: int = 1, *, schedulers: Optional[Sequence[str]] = None,
          fixed: Optional[Mapping[str, object]] = None, horizon: Optional[float] = None,
          warmup: float = 0.0, base_seed: int = 0) -> List[Task]:
     """The runs of a sweep, grid point by grid point, replicates innermost."""
-    scen = _scenario(scenario)
+    scen = scenario
     validation.positive_int("seeds", seeds)
     if seeds > MAX_SEEDS:
         raise ValueError(f"seeds must be at most {MAX_SEEDS} per grid point; got {seeds}")
@@ -74,6 +92,7 @@ def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
     validation.nonnegative_number("warmup", warmup)
     if warmup and (horizon is None or warmup >= horizon):
         raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")
+    scen.check_options(RunOptions(horizon=horizon, warmup=warmup))
     checked = grids.check(scen, grid)
     if schedulers is not None:
         if "scheduler" in checked:
@@ -101,12 +120,13 @@ def plan(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
 
 def run_task(task: Task) -> List[Row]:
     """Run one task (in a worker) and return its tidy rows."""
-    logs = {"warmup": task.warmup} if task.warmup else {}
+    options = RunOptions(horizon=task.horizon, warmup=task.warmup,
+                         seed=task.seed if task.experiment.seeded else None)
     start = time.perf_counter()
-    results = task.scenario.run(task.params, task.horizon, task.seed, **logs)
+    results = task.experiment.execute(task.params, options)
     wall = time.perf_counter() - start
     head = {**task.point, "replicate": task.replicate, "seed": task.seed,
-            "horizon": task.horizon, "warmup": task.warmup, "scenario": task.scenario.name}
+            "horizon": task.horizon, "warmup": task.warmup, "scenario": task.experiment.name}
     return [{**head, **_figures(result.row(label), head), "wall_time": wall}
             for label, result in results]
 
@@ -149,7 +169,7 @@ def execute(tasks: Sequence[Task], executor: Optional[Executor] = None,
     return results
 
 
-def sweep(scenario: Union[str, Scenario], grid: Mapping[str, Sequence[object]],
+def sweep(scenario: Runnable, grid: Mapping[str, Sequence[object]],
           seeds: int = 1, *, schedulers: Optional[Sequence[str]] = None,
           fixed: Optional[Mapping[str, object]] = None, horizon: Optional[float] = None,
           warmup: float = 0.0, base_seed: int = 0, executor: Optional[Executor] = None,
@@ -303,7 +323,7 @@ def _done_runs(path: str, tasks: Sequence[Task]) -> Dict[Tuple[str, ...], List[R
         if "replicate" not in names or point_columns(names) != list(tasks[0].point):
             raise ValueError(f"out: {path} is not a sweep over "
                              f"{', '.join(tasks[0].point)}; write to a new file")
-        name = tasks[0].scenario.name
+        name = tasks[0].experiment.name
         for row in reader:
             if row.get("scenario") != name:
                 raise ValueError(f"out: {path} is not a sweep of {name} (it holds "
@@ -323,16 +343,6 @@ def _trim_partial_line(path: str) -> None:
         data = handle.read()
         if not data.endswith(b"\n"):
             handle.truncate(data.rfind(b"\n") + 1)
-
-
-def _scenario(scenario: Union[str, Scenario]) -> Scenario:
-    if isinstance(scenario, Scenario):
-        return scenario
-    found = scenarios.REGISTRY.get(scenario)
-    if found is None:
-        raise ValueError(f"scenario must be one of {', '.join(scenarios.REGISTRY)}; "
-                         f"got {scenario!r}")
-    return found
 
 
 def _cell(value: object) -> str:

@@ -1,0 +1,84 @@
+"""Named, typed parameters read from text (``--set KEY=VALUE``, sweep grids).
+
+A :class:`Param` knows its type, default, meaning, allowed choices and
+bounds, and turns text into a checked value or raises ``ValueError`` naming
+the parameter and what is allowed.  Experiments declare theirs with it; the
+CLI, sweeps and ``--help`` read them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+#: What each kind of parameter accepts, for error messages and help.
+KINDS = {"int": "an integer", "int-or-none": "an integer or none", "float": "a number",
+         "float-or-none": "a number or none", "bool": "true or false", "str": "text"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its type, default and meaning, and what values are allowed."""
+
+    kind: str
+    """One of :data:`KINDS`."""
+    default: object
+    """The value when none is given."""
+    help: str
+    """What it means, with its unit."""
+    choices: Tuple[str, ...] = ()
+    """The allowed values of a text parameter (empty: any text)."""
+    low: Optional[float] = None
+    """Smallest allowed number (inclusive), if any."""
+    above: Optional[float] = None
+    """Numbers must be greater than this, if given."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {self.kind!r}")
+
+    def parse(self, name: str, text: str) -> object:
+        """Read ``text`` as this parameter's value, or raise ``ValueError``."""
+        if self.kind.endswith("-or-none") and text.strip().lower() == "none":
+            return None
+        try:
+            value = self._read(text)
+        except ValueError:
+            raise ValueError(f"{name} must be {self.describe()}; got {text!r}") from None
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{name} must be one of {', '.join(self.choices)}; got {text!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                (self.low is not None and value < self.low)
+                or (self.above is not None and value <= self.above)):
+            raise ValueError(f"{name} must be {self.describe()}; got {text!r}")
+        return value
+
+    def _read(self, text: str) -> object:
+        if self.kind in ("int", "int-or-none"):
+            return int(text.replace("_", ""))
+        if self.kind in ("float", "float-or-none"):
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+        if self.kind == "bool":
+            lowered = text.lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        return text
+
+    def describe(self) -> str:
+        """What this parameter accepts, in words (``an integer >= 1 or none``)."""
+        kind = KINDS[self.kind]
+        base, _, none = kind.partition(" or ")
+        bounds = []
+        if self.low is not None:
+            bounds.append(f">= {self.low:g}")
+        if self.above is not None:
+            bounds.append(f"> {self.above:g}")
+        text = " ".join([base] + bounds)
+        return f"{text} or {none}" if none else text
