@@ -1,0 +1,348 @@
+"""KV-cache memory in closed form (SPEC 7.1, 7.5 and 7.6).
+
+A request of ``vp`` prompt and ``vd`` decode tokens holds ``vp`` KV tokens
+after its prefill and one more after each decode, so over its life it holds
+the **memory area** ``g`` (token-iterations): with whole prompts
+``g = (vd + 1) vp + vd (vd + 1) / 2``.  A cache of ``M`` tokens then finishes
+at most ``M / E[g]`` requests per iteration, which gives
+
+* ``mu_mem = M / (b_bar E[g])`` requests/s (Nie et al.), where ``b_bar`` is the
+  iteration time at the memory-limited batch ``b* = M E[vp + vd] / E[g]``;
+* ``lambda_joint``: the smallest of the compute (Theorem 2), memory and slot
+  (``kmax``) capacities, and which of them binds;
+* WAIT's stage quotas ``n_j`` (``wait_thresholds``) and its capacity
+  ``lambda_wait``;
+* the sizing helpers of 7.1: KV bytes per token and the tokens a GPU holds.
+
+Every function is pure, takes tokens, seconds and bytes, and raises
+:class:`ValueError` naming the parameter when an argument is out of range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import List, Optional, Sequence, Tuple
+
+from llmqueue.common import validation
+from llmqueue.common.units import ceil_div
+from llmqueue.models.latency import (Constant, LatencyModel, Linear, Staircase,
+                                     tokens_time)
+from llmqueue.theory.capacity import lambda_star
+
+#: One request type for WAIT: (prompt tokens, decode tokens, share of arrivals).
+RequestType = Tuple[int, int, float]
+
+
+def kv_area(vp: int, vd: int, chunk: Optional[int] = None) -> float:
+    """Memory area ``g`` of one request, in token-iterations (SPEC 7.6).
+
+    Whole prompt (``chunk=None``): ``(vd + 1) vp + vd (vd + 1) / 2``.  With
+    prefill chunks of ``chunk`` tokens, Nie et al.'s closed form
+    ``[(1 + vp/chunk) vp + 2 vd vp + (1 + vd) vd] / 2`` (exact when ``chunk``
+    divides ``vp``).
+    """
+    validation.token_count("vp", vp)
+    validation.token_count("vd", vd)
+    if chunk is None:
+        return (vd + 1) * vp + vd * (vd + 1) // 2
+    validation.positive_int("chunk", chunk)
+    return ((1 + vp / chunk) * vp + 2 * vd * vp + (1 + vd) * vd) / 2
+
+
+def kv_area_min(vp: int, vd: int, chunk: int) -> int:
+    """Smallest memory area with chunks of ``chunk`` tokens, the remainder
+    chunk first (SPEC 7.6's ``g_min``), in token-iterations.
+
+    Prefill part ``q r + chunk q (q - 1) / 2`` with ``q = ceil(vp / chunk)``
+    and ``r = vp - (q - 1) chunk``; decode part ``vd vp + vd (vd + 1) / 2``.
+    """
+    validation.token_count("vp", vp)
+    validation.token_count("vd", vd)
+    validation.positive_int("chunk", chunk)
+    q = ceil_div(vp, chunk)
+    r = vp - (q - 1) * chunk
+    return q * r + chunk * q * (q - 1) // 2 + vd * vp + vd * (vd + 1) // 2
+
+
+def _ceil_sum(n: int, block: int) -> int:
+    """``sum over 0 <= x <= n of ceil(x / block)`` (0 for ``n < 0``)."""
+    if n <= 0:
+        return 0
+    q, r = divmod(n, block)
+    return block * q * (q + 1) // 2 + r * (q + 1)
+
+
+def kv_area_blocks(vp: int, vd: int, block_size: int) -> int:
+    """Whole-prompt memory area counted in blocks (SPEC 7.5), in tokens x
+    iterations: ``sum over k = 0..vd of ceil((vp + k) / B) B``, the KV the
+    request holds in each of its ``vd + 1`` iterations rounded up to whole
+    blocks of ``B = block_size`` tokens.  ``block_size=1`` gives ``kv_area``.
+    """
+    validation.token_count("vp", vp)
+    validation.token_count("vd", vd)
+    validation.positive_int("block_size", block_size)
+    blocks = _ceil_sum(vp + vd, block_size) - _ceil_sum(vp - 1, block_size)
+    return blocks * block_size
+
+
+def mean_kv_area(mean_vp: float, mean_vd: float, var_vp: float = 0.0, var_vd: float = 0.0,
+                 chunk: Optional[int] = None) -> float:
+    """``E[g]`` (token-iterations) for independent prompt and decode lengths
+    with the given means and variances (tokens, tokens^2); ``chunk`` as in
+    :func:`kv_area`.  ``g`` is linear in ``vp, vd, vp^2, vd^2, vp vd``, so the
+    first two moments give ``E[g]`` exactly."""
+    mp = validation.nonnegative_number("mean_vp", mean_vp)
+    md = validation.nonnegative_number("mean_vd", mean_vd)
+    mp2 = validation.nonnegative_number("var_vp", var_vp) + mp * mp
+    md2 = validation.nonnegative_number("var_vd", var_vd) + md * md
+    if chunk is None:
+        return (md + 1) * mp + (md2 + md) / 2
+    validation.positive_int("chunk", chunk)
+    return (mp + mp2 / chunk + 2 * mp * md + md + md2) / 2
+
+
+def mu_mem(M: float, mean_g: float, b_bar: float) -> float:
+    """Memory capacity ``M / (b_bar E[g])`` in requests/s (SPEC 7.6).
+
+    ``M`` KV capacity (tokens), ``mean_g`` = ``E[g]`` (token-iterations),
+    ``b_bar`` mean iteration time (s).
+    """
+    validation.positive_number("M", M)
+    validation.positive_number("mean_g", mean_g)
+    validation.positive_number("b_bar", b_bar)
+    return M / (b_bar * mean_g)
+
+
+def delta(max_tokens: float, M: float) -> float:
+    """``max(vp + vd) / M``, the largest request's share of the cache; the
+    stable side of Nie et al.'s boundary is ``mu_mem (1 - delta)``."""
+    validation.positive_number("max_tokens", max_tokens)
+    validation.positive_number("M", M)
+    return max_tokens / M
+
+
+def b_star(M: float, mean_tokens: float, mean_g: float) -> float:
+    """Memory-limited batch ``M E[vp + vd] / E[g]`` in tokens per iteration:
+    ``M / E[g]`` requests finish per iteration, each ``E[vp + vd]`` tokens."""
+    validation.positive_number("M", M)
+    validation.positive_number("mean_tokens", mean_tokens)
+    validation.positive_number("mean_g", mean_g)
+    return M * mean_tokens / mean_g
+
+
+def envelope_time(latency: LatencyModel, tokens: float) -> float:
+    """Iteration time (s) of a batch of ``tokens`` tokens on the latency's
+    linear envelope, without the staircase's ceiling.
+
+    :class:`Staircase`: ``c + (a / b0) tokens``; :class:`Linear`:
+    ``c + per_token tokens``; :class:`Constant`: its time.  Any other model is
+    priced by :func:`~llmqueue.models.latency.tokens_time` at
+    ``ceil(tokens)`` (a batch of whole prefill tokens).
+    """
+    validation.nonnegative_number("tokens", tokens)
+    if isinstance(latency, Staircase):
+        return latency.c + latency.a * tokens / latency.b0
+    if isinstance(latency, Linear):
+        return latency.c + latency.per_token * tokens
+    if isinstance(latency, Constant):
+        return latency.seconds
+    return tokens_time(latency, math.ceil(tokens))
+
+
+def lambda_kmax(kmax: int, t_bar: float, mean_iterations: float) -> float:
+    """Slot capacity ``kmax / (t_bar E[ceil(vp/chunk) + vd])`` in requests/s
+    (SPEC 7.6): each request holds one of ``kmax`` slots for
+    ``mean_iterations`` iterations of ``t_bar`` seconds (whole prompts:
+    ``1 + E[vd]``)."""
+    validation.positive_int("kmax", kmax)
+    validation.positive_number("t_bar", t_bar)
+    validation.positive_number("mean_iterations", mean_iterations)
+    return kmax / (t_bar * mean_iterations)
+
+
+@dataclass(frozen=True)
+class JointCapacity:
+    """What :func:`lambda_joint` returns (rates in requests/s)."""
+
+    rate: float
+    """The joint capacity: the smallest of ``compute``, ``memory``, ``slots``."""
+    binding: str
+    """The resource that gives ``rate``: ``compute``, ``memory`` or ``slots``
+    (ties go to the first in that order)."""
+    compute: float
+    """Theorem 2's ``bmax / t(bmax) / (m_p + m_d)``."""
+    memory: float
+    """``mu_mem`` with ``b_bar`` = the envelope time at ``b_star``."""
+    slots: Optional[float]
+    """``lambda_kmax`` (None without ``kmax``)."""
+    b_star: float
+    """Memory-limited batch ``M E[vp + vd] / E[g]`` (tokens per iteration)."""
+    b_bar: float
+    """Iteration time (s) at ``b_star`` on the latency's linear envelope."""
+
+
+BINDINGS = ("compute", "memory", "slots")
+
+
+def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: float,
+                 bmax: int, latency: Optional[LatencyModel] = None, *,
+                 kmax: Optional[int] = None,
+                 mean_iterations: Optional[float] = None) -> JointCapacity:
+    """Joint compute / memory / slot capacity of one engine (SPEC 7.6).
+
+    ``M`` KV capacity (tokens); ``mean_prefill``, ``mean_decode`` mean tokens
+    per request; ``mean_g`` = ``E[g]`` (token-iterations); ``bmax`` token
+    budget; ``latency`` the batch-time model (default: the paper's staircase);
+    ``kmax`` slots (None: unlimited); ``mean_iterations`` =
+    ``E[ceil(vp/chunk) + vd]`` (default ``1 + mean_decode``, whole prompts).
+
+    Over a long run every iteration holds at most ``M`` KV tokens, ``bmax``
+    tokens and ``kmax`` requests, and lasts at least ``c + (a/b0) b`` for ``b``
+    tokens, so ``lambda [c max(E[g]/M, m/bmax, E[iters]/kmax) + (a/b0) m] <= 1``
+    with ``m = mean_prefill + mean_decode``.  Memory is priced at ``b_star``
+    (``b_bar = envelope_time(latency, b_star)``) and slots at their own limited
+    batch ``kmax m / E[iters]``.  Without ``kmax``, memory binds iff
+    ``b_star < bmax`` whenever ``t(bmax)`` lies on the envelope (a linear or
+    constant time, or ``bmax`` a multiple of ``b0``); otherwise the ceiling
+    can let compute bind slightly earlier.
+    """
+    model = Staircase() if latency is None else latency
+    compute = lambda_star(bmax, mean_prefill, mean_decode, model)
+    mean_tokens = float(mean_prefill) + float(mean_decode)
+    b_mem = b_star(M, mean_tokens, mean_g)
+    b_bar = envelope_time(model, b_mem)
+    memory = mu_mem(M, mean_g, b_bar)
+    slots: Optional[float] = None
+    if kmax is None:
+        if mean_iterations is not None:
+            validation.positive_number("mean_iterations", mean_iterations)
+    else:
+        validation.positive_int("kmax", kmax)
+        iterations = (1.0 + mean_decode if mean_iterations is None
+                      else validation.positive_number("mean_iterations", mean_iterations))
+        slots = lambda_kmax(kmax, envelope_time(model, kmax * mean_tokens / iterations),
+                            iterations)
+    candidates = [(rate, name) for name, rate in zip(BINDINGS, (compute, memory, slots))
+                  if rate is not None]
+    rate, binding = min(candidates, key=lambda item: (item[0], BINDINGS.index(item[1])))
+    return JointCapacity(rate=rate, binding=binding, compute=compute,
+                         memory=memory, slots=slots, b_star=b_mem, b_bar=b_bar)
+
+
+def mu_mix(rates: Sequence[float], weights: Sequence[float]) -> float:
+    """Capacity of a piecewise workload, ``(sum q_l / mu_l)^(-1)`` requests/s,
+    where ``mu_l`` is each piece's capacity (requests/s) and ``q_l`` its share
+    of requests (``weights``, normalised to sum to 1)."""
+    rates, weights = list(rates), list(weights)
+    if not rates or len(rates) != len(weights):
+        raise ValueError(f"rates and weights must be two lists of the same length >= 1; "
+                         f"got {len(rates)} and {len(weights)} values")
+    for rate in rates:
+        validation.positive_number("rates", rate)
+    for weight in weights:
+        validation.nonnegative_number("weights", weight)
+    total = sum(weights)
+    if total <= 0:
+        raise ValueError(f"weights must not all be 0, got {weights!r}")
+    return total / sum(q / mu for q, mu in zip(weights, rates))
+
+
+def _types(types: Sequence[RequestType]) -> List[RequestType]:
+    types = list(types)
+    if not types:
+        raise ValueError("types must hold at least one (vp, vd, p) triple, got none")
+    checked: List[RequestType] = []
+    for item in types:
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise ValueError(f"types must hold (vp, vd, p) triples, got {item!r}")
+        vp, vd, p = item
+        validation.token_count("vp", vp)
+        validation.token_count("vd", vd)
+        validation.positive_number("p", p)
+        checked.append((vp, vd, p))
+    return checked
+
+
+def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
+                    block_size: int = 1) -> List[int]:
+    """WAIT's stage quotas ``n_j`` (SPEC 7.5), one per ``(vp, vd, p)`` type.
+
+    ``n_j = max(1, floor((M' - headroom) p_j / sum_k p_k g_k))`` where ``p``
+    is the type mix (any positive weights), ``g_k`` the whole-prompt area
+    counted in blocks (:func:`kv_area_blocks`), and ``M' = floor(M/B) B`` the
+    cache in whole blocks of ``B = block_size`` tokens.  Then the steady-state
+    KV ``sum n_j g_j <= M' - headroom`` (unless a quota is raised to 1).
+    """
+    checked = _types(types)
+    validation.positive_int("M", M)
+    validation.nonnegative_int("headroom", headroom)
+    validation.positive_int("block_size", block_size)
+    usable = M // block_size * block_size - headroom
+    if usable <= 0:
+        raise ValueError(f"headroom must be below the cache in whole blocks "
+                         f"({M // block_size * block_size} tokens), got {headroom!r}")
+    total = sum(Fraction(p) * kv_area_blocks(vp, vd, block_size) for vp, vd, p in checked)
+    if total == 0:
+        raise ValueError("types must not all have vp = vd = 0 (no memory area)")
+    return [max(1, math.floor(usable * Fraction(p) / total)) for _, _, p in checked]
+
+
+def lambda_wait(types: Sequence[RequestType], n: Sequence[int],
+                latency: Optional[LatencyModel] = None) -> float:
+    """WAIT's capacity ``sum n_j / t(sum n_j (vp_j + vd_j))`` in requests/s
+    (SPEC 7.5).
+
+    In steady state each iteration starts ``n_j`` whole type-``j`` prompts and
+    decodes the ``n_j vd_j`` started ones, so it is priced as
+    ``latency.batch_time(sum n_j vd_j, sum n_j vp_j, sum n_j (vd_j + 1))``
+    (default latency: the paper's staircase).  ``p`` is not used.
+    """
+    checked = _types(types)
+    counts = list(n)
+    if len(counts) != len(checked):
+        raise ValueError(f"n must give one quota per type ({len(checked)}), "
+                         f"got {len(counts)}")
+    for count in counts:
+        validation.positive_int("n", count)
+    model = Staircase() if latency is None else latency
+    decode = sum(k * vd for k, (_, vd, _) in zip(counts, checked))
+    prefill = sum(k * vp for k, (vp, _, _) in zip(counts, checked))
+    requests = sum(k * (vd + 1) for k, (_, vd, _) in zip(counts, checked))
+    return sum(counts) / model.batch_time(decode, prefill, requests)
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
+    """Bytes of KV cache per token, ``2 layers kv_heads head_dim dtype_bytes``
+    (a key and a value per layer and KV head; SPEC 7.1)."""
+    validation.positive_int("layers", layers)
+    validation.positive_int("kv_heads", kv_heads)
+    validation.positive_int("head_dim", head_dim)
+    validation.positive_int("dtype_bytes", dtype_bytes)
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def kv_capacity_tokens(gpu_bytes: float, weights_bytes: float, activation_bytes: float,
+                       bytes_per_token: float, utilization: float = 0.90,
+                       block_size: int = 16) -> int:
+    """KV tokens a GPU holds, in whole blocks (SPEC 7.1):
+    ``B floor((utilization gpu_bytes - weights_bytes - activation_bytes) /
+    (bytes_per_token B))`` with ``B = block_size``.  All sizes in bytes;
+    ``utilization`` in (0, 1].  Fewer than one block left is an error ("does
+    not fit", with the numbers)."""
+    validation.positive_number("gpu_bytes", gpu_bytes)
+    validation.nonnegative_number("weights_bytes", weights_bytes)
+    validation.nonnegative_number("activation_bytes", activation_bytes)
+    validation.positive_number("bytes_per_token", bytes_per_token)
+    if not validation.fraction("utilization", utilization) > 0:
+        raise ValueError(f"utilization must be a number in (0, 1], got {utilization!r}")
+    validation.positive_int("block_size", block_size)
+    free = utilization * gpu_bytes - weights_bytes - activation_bytes
+    blocks = math.floor(free / (bytes_per_token * block_size)) if free > 0 else 0
+    if blocks < 1:
+        raise ValueError(f"model does not fit: {utilization:g} x {gpu_bytes:g} B of GPU memory "
+                         f"- {weights_bytes:g} B of weights - {activation_bytes:g} B of "
+                         f"activations leaves {free:g} B, less than one block of "
+                         f"{block_size} x {bytes_per_token:g} B")
+    return blocks * block_size
