@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from typing import Dict, List, Optional, Sequence
 
 from llmqueue import experiments as scenarios
@@ -139,14 +140,15 @@ def cmd_run(args: argparse.Namespace) -> None:
             result.write_batches(_per_row(args.batches, label, many))
         if args.requests:
             result.write_requests(_per_row(args.requests, label, many))
+    shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
     if args.plot:
-        from llmqueue.plotting.pending import plot_pending
-        plot_pending(rows, args.plot, f"{scenario.name}: pending requests over time",
-                     kmax=params.get("kmax"))
+        from llmqueue.plotting import plot_pending, save
+        setting = ", ".join(f"{k} = {v}" for k, v in shown.items() if v not in (None, ""))
+        title = textwrap.fill(f"{scenario.name}: pending requests over time ({setting})", 100)
+        save(plot_pending(rows, title, kmax=params.get("kmax")), args.plot)
     summaries = [result.row(label) for label, result in rows]
     checks = scenario.extra["checks"](rows) if "checks" in scenario.extra else []
     if args.json:
-        shown = {**params, "horizon": args.horizon or scenario.horizon, "seed": args.seed}
         doc = {"scenario": scenario.name, "params": shown, "rows": summaries}
         if checks:
             doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}
