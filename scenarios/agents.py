@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.network import plot_agents
+from llmqueue.plotting import plot_agents, save
 from llmqueue.cli.report import table
 from llmqueue.experiments import agents
 
@@ -45,8 +45,8 @@ def main() -> None:
     loads = {name: (r.summary["load"], r.summary["load_expected"], r.summary["busy_fraction"])
              for name, r in result.engines.items()}
     e2e = [job.e2e for job in jobs if job.end is not None]
-    plot_agents(loads, e2e, PLOT, f"Planner -> 3 workers -> aggregator at {params['rate']} "
-                "jobs/s (three Sarathi engines, bmax 512)")
+    save(plot_agents(loads, e2e, f"Planner -> 3 workers -> aggregator at {params['rate']} "
+                     "jobs/s (three Sarathi engines, bmax 512)"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.pending import plot_latency_cdfs, plot_pending
+from llmqueue.plotting import plot_latency_cdfs, plot_pending, save
 from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import azure
@@ -43,12 +43,13 @@ def main() -> None:
     print(table(summaries, columns))
     sarathi = dict(rows)["sarathi"]
     last_arrival = 1.1 * sarathi.summary["duration"]
-    plot_pending(rows, PENDING_PLOT, f"Azure conversation trace at {SPEEDUP}x its rate: "
-                 "pending requests (fastertransformer drains at "
-                 f"{dict(rows)['fastertransformer'].summary['duration']:.0f} s)",
-                 kmax=params["kmax"], log=True, until=last_arrival)
-    plot_latency_cdfs(rows, CDF_PLOT, f"Azure conversation trace at {SPEEDUP}x its rate, "
-                      "CodeLlama-34B staircase, bmax = 128, kmax = 100")
+    save(plot_pending(rows, f"Azure conversation trace at {SPEEDUP}x its rate: pending "
+                      "requests (fastertransformer drains at "
+                      f"{dict(rows)['fastertransformer'].summary['duration']:.0f} s)",
+                      kmax=params["kmax"], log=True, until=last_arrival), PENDING_PLOT)
+    save(plot_latency_cdfs(rows, f"Azure conversation trace at {SPEEDUP}x its rate, "
+                           f"CodeLlama-34B staircase, bmax = {params['bmax']}, "
+                           f"kmax = {params['kmax']}"), CDF_PLOT)
     print(f"\nplots: {os.path.normpath(PENDING_PLOT)}, {os.path.normpath(CDF_PLOT)}")
 
 

@@ -26,7 +26,7 @@ from llmqueue import make_policy
 from llmqueue.engine.options import RunOptions
 
 from llmqueue.theory import capacity as theory
-from llmqueue.plotting.pending import animate_pending, plt, save
+from llmqueue.plotting import animate_pending, plot_pending_zoom, save
 from llmqueue.cli.report import table
 from llmqueue.experiments import blowup
 from llmqueue.experiments.base import Rows, engine_kwargs
@@ -49,25 +49,16 @@ def headline(params: Dict[str, object]) -> str:
 
 def draw(rows: Rows, params: Dict[str, object], path: str) -> None:
     """Pending over time: every scheduler (left) and a zoom on those that hold (right)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     held = [r.summary["pending_max"] for _, r in rows if r.summary["verdict"] == "stable"]
-    for ax in (left, right):
-        for label, result in rows:
-            t, pending, _ = result.timeseries()
-            wc = "work-conserving" if make_policy(label).work_conserving else "not work-conserving"
-            ax.step(t, pending, where="post", linewidth=1.2,
-                    label=f"{label} ({wc}): {result.summary['verdict']}")
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("pending requests (resident + waiting)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=9)
-    left.set_title("All four schedulers")
-    if held:
-        right.set_ylim(0, 2.5 * max(held))
-    right.set_title("Zoom: the work-conserving schedulers hold")
-    fig.suptitle(f"Queue blow-up, the paper's Fig. 1 workload (Poisson arrivals, geometric "
-                 f"lengths with means {params['vp']:g} + {params['vd']:g} tokens)\n"
-                 f"{headline(params)}")
+    named = []
+    for label, result in rows:
+        wc = "work-conserving" if make_policy(label).work_conserving else "not work-conserving"
+        named.append((f"{label} ({wc}): {result.summary['verdict']}", result))
+    fig = plot_pending_zoom(
+        named, f"Queue blow-up, the paper's Fig. 1 workload (Poisson arrivals, geometric "
+               f"lengths with means {params['vp']:g} + {params['vd']:g} tokens)\n"
+               f"{headline(params)}", top=2.5 * max(held) if held else None,
+        titles=("All four schedulers", "Zoom: the work-conserving schedulers hold"))
     save(fig, path)
 
 
@@ -79,8 +70,8 @@ def main() -> None:
     print(table([result.row(label) for label, result in rows]))
     print("\n" + "\n".join(blowup.explain(rows, params)))
     draw(rows, params, PNG)
-    animate_pending(rows, GIF, "Pending requests, Fig. 1 workload, four schedulers",
-                    note=headline(params).replace(" (", "\n("))
+    save(animate_pending(rows, "Pending requests, Fig. 1 workload, four schedulers",
+                         note=headline(params).replace(" (", "\n(")), GIF)
     print(f"\nplots: {os.path.normpath(PNG)}, {os.path.normpath(GIF)}")
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from llmqueue.experiments import get
 from llmqueue.models.latency import Staircase
 from llmqueue.sweeps.runner import summarize, sweep, write_rows
-from llmqueue.plotting.sweep import plot_lines
+from llmqueue.plotting import plot_lines, save
 
 BMAX = 512
 PREFILL = DECODE = 100
@@ -62,10 +62,10 @@ def main() -> None:
               f"{p['backlog_slope_mean']:10.0f} +- {p['backlog_slope_mean_se']:6.0f} (se)"
               f" {fluid_slope(p['rate']):7.0f}")
     xs = np.linspace(rates[0], rates[-1], 200)
-    plot_lines(rows, "rate", "backlog_slope", PLOT, hue="scheduler",
-               title=f"Backlog slope against arrival rate (lambda* = {LAMBDA_STAR:.2f} req/s, "
-                     f"bmax = {BMAX}, {PREFILL}+{DECODE} tokens)",
-               theory=(xs, [fluid_slope(x) for x in xs], "Theorem 2 fluid rate"))
+    save(plot_lines(rows, "rate", "backlog_slope", hue="scheduler",
+                    title=f"Backlog slope against arrival rate (lambda* = {LAMBDA_STAR:.2f} "
+                          f"req/s, bmax = {BMAX}, {PREFILL}+{DECODE} tokens)",
+                    theory=(xs, [fluid_slope(x) for x in xs], "Theorem 2 fluid rate")), PLOT)
     print(f"\ncsv: {os.path.normpath(CSV)}\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.network import plot_against_load
+from llmqueue.plotting import plot_against_load, save
 from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import disaggregated as dis
@@ -48,8 +48,10 @@ def main() -> None:
             curves[mode]["TTFT p99"].append(total["ttft_p99"])
             curves[mode]["TPOT p99"].append(total["tpot_p99"])
     limits = {mode: dis.load_limit(params, mode) for mode in curves}
-    plot_against_load(LOADS, curves, limits, PLOT, "Disaggregated (3 prefill + 1 decode) "
-                      "against 4 colocated engines: p99 latency against load")
+    gpus, prefill = params["gpus"], params["prefill_gpus"]
+    save(plot_against_load(LOADS, curves, limits, f"Disaggregated ({prefill} prefill + "
+                           f"{gpus - prefill} decode) against {gpus} colocated engines "
+                           f"(bmax = {params['bmax']}): p99 latency against load"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.pending import plot_pending
+from llmqueue.plotting import plot_pending, save
 from llmqueue.cli.report import table
 from llmqueue.network.routers import router_names
 from llmqueue.experiments import parallel
@@ -39,8 +39,9 @@ def main() -> None:
     rows = [(router, parallel.simulate_router(params, router, parallel.HORIZON, SEED).total)
             for router in router_names()]
     print(table([r.row(label) for label, r in rows], COLUMNS))
-    plot_pending(rows, PLOT, f"{params['engines']} engines at {params['load']:.0%} of lambda*: "
-                 "pending requests over time (all engines), by router")
+    save(plot_pending(rows, f"{params['engines']} engines (bmax {params['bmax']}) at "
+                      f"{params['load']:.0%} of lambda* = {rate / params['load']:.2f} req/s: "
+                      "pending requests over time (all engines), by router"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.pending import plot_pending
+from llmqueue.plotting import plot_pending, save
 from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import point_c
@@ -35,8 +35,9 @@ def main() -> None:
           f"kmax = {point_c.KMAX}, horizon {point_c.HORIZON:.0f} s\n")
     rows = point_c.run(params, RunOptions(horizon=point_c.HORIZON, timeseries=True))
     print(table([result.row(label) for label, result in rows]))
-    plot_pending(rows, PLOT, "Point C: pending requests over time, by scheduler "
-                 "(CodeLlama-34B staircase)", kmax=point_c.KMAX)
+    save(plot_pending(rows, f"Point C: {point_c.PREFILL}+{point_c.DECODE} tokens every "
+                      f"{point_c.GAP} s, kmax = {point_c.KMAX}: pending requests by "
+                      "scheduler-bmax (CodeLlama-34B staircase)", kmax=point_c.KMAX), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

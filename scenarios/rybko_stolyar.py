@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.network import plot_backlogs
+from llmqueue.plotting import plot_backlogs, save
 from llmqueue.cli.report import table
 from llmqueue.experiments import rybko_stolyar as rs
 
@@ -43,8 +43,9 @@ def main() -> None:
                        {**result.engines, "total": result.total}))
         rows.extend(r.row(f"{priority}/{label}") for label, r in result.rows())
     print(table(rows, COLUMNS))
-    plot_backlogs(panels, PLOT, "Rybko-Stolyar network at 90% load per engine: "
-                  "backlog over time", unit="time units = batches")
+    save(plot_backlogs(panels, f"Rybko-Stolyar network at {rs.LOAD:.0%} load per engine "
+                       f"(bmax = {rs.BMAX}): backlog over time",
+                       unit="time units = batches"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -22,6 +22,7 @@ import os
 
 from llmqueue.cli.report import table
 from llmqueue.engine.options import RunOptions
+from llmqueue.plotting import plot_chunk_sweep, save
 from llmqueue.experiments import sarathi_demo as demo
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
@@ -45,7 +46,10 @@ def main() -> None:
     for chunk, ttft, tpot in zip(demo.SWEEP, figures["ttft"], figures["tpot"]):
         print(f"  chunk {chunk:>5}: TTFT p99 {sum(ttft) / len(ttft):6.2f} s   "
               f"TPOT p99 {sum(tpot) / len(tpot) * 1e3:6.2f} ms")
-    demo.plot_sweep(figures, demo.SWEEP, PLOT)
+    save(plot_chunk_sweep(figures, demo.SWEEP,
+                          f"SPEC 6.6: {demo.COUNT} Poisson requests at {demo.RATE:g}/s, kmax = "
+                          f"{demo.KMAX}, step model, no token budget ({len(SEEDS)} seeds, "
+                          "same requests per seed)"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -21,13 +21,11 @@ from __future__ import annotations
 import os
 from typing import Dict
 
-import numpy as np
-
 from llmqueue import Result
 from llmqueue.engine.options import RunOptions
 
 from llmqueue.theory import capacity as theory
-from llmqueue.plotting.pending import plt, save
+from llmqueue.plotting import plot_theorem2, save
 from llmqueue.cli.report import table
 from llmqueue.experiments import theorem2
 from llmqueue.experiments.base import engine_kwargs
@@ -43,41 +41,10 @@ def draw(rows: Dict[str, Result], params: Dict[str, object], path: str) -> None:
     latency = engine_kwargs(params)["latency"]
     capacity = theory.token_capacity(params["bmax"], latency)
     star = theory.lambda_star(params["bmax"], params["vp"], params["vd"], latency)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    for label, colour in zip(SHOWN, ("tab:blue", "tab:red")):
-        result = rows[label]
-        t, _, backlog = result.timeseries()
-        left.step(t, backlog, where="post", color=colour, linewidth=1,
-                  label=f"{label} ({result.summary['rate']:.2f} req/s), first seed")
-        fluid = result.summary["fluid_slope"]
-        left.plot([0, t[-1]], [0, fluid * t[-1]], color=colour, linestyle="--",
-                  label=f"fluid: {fluid:.0f} tokens/s")
-    left.set_title("Backlog over time, below and above capacity")
-    left.set_xlabel("time (s)")
-    left.set_ylabel("backlog (unprocessed tokens)")
-    left.grid(alpha=0.3)
-    left.legend(loc="upper left", fontsize=9)
-
-    loads = np.array([r.summary["load"] for r in rows.values()])
-    slopes = np.array([r.summary["slope"] for r in rows.values()])
-    errors = np.array([2 * r.summary["slope_se"] for r in rows.values()])
-    grid = np.linspace(min(loads.min(), 0.5), max(loads.max(), 1.5), 200)
-    right.plot(grid, np.maximum(0.0, (grid - 1) * capacity), color="black",
-               label=r"fluid: max(0, $\lambda(m_p+m_d) - b_{max}/t_{b_{max}}$)")
-    seeds = next(iter(rows.values())).summary["seeds"]
-    right.errorbar(loads, slopes, yerr=errors, fmt="o", color="tab:red", capsize=3,
-                   label=f"measured (mean of {seeds} seeds, +- 2 SE)")
-    right.axvline(1.0, color="grey", linestyle=":",
-                  label=f"Theorem 2 boundary: lambda* = {star:.2f} req/s")
-    right.set_title("Backlog slope over the second half of each run")
-    right.set_xlabel("load (arrival rate / lambda*)")
-    right.set_ylabel("backlog slope (tokens/s)")
-    right.grid(alpha=0.3)
-    right.legend(loc="upper left", fontsize=9)
-    fig.suptitle(f"Theorem 2 (SPEC 6.2): Sarathi, Poisson arrivals, "
-                 f"{params['vp']}+{params['vd']} tokens, bmax = {params['bmax']}, no kmax, "
-                 f"capacity {capacity:.0f} tokens/s")
-    save(fig, path)
+    save(plot_theorem2(rows, SHOWN, capacity, star,
+                       f"Theorem 2 (SPEC 6.2): Sarathi, Poisson arrivals, {params['vp']}+"
+                       f"{params['vd']} tokens, bmax = {params['bmax']}, no kmax, "
+                       f"capacity {capacity:.0f} tokens/s"), path)
 
 
 def main() -> None:

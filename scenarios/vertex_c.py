@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting.pending import plot_pending
+from llmqueue.plotting import plot_pending, save
 from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
 from llmqueue.experiments import point_c, vertex_c
@@ -36,8 +36,8 @@ def main() -> None:
     rows = vertex_c.run({}, RunOptions(horizon=vertex_c.HORIZON, timeseries=True))
     print(table([r.row(label) for label, r in rows], vertex_c.EXPERIMENT.columns))
     at_c = [(label, r) for label, r in rows if r.summary["gap"] == point_c.GAP]
-    plot_pending(at_c, PLOT, f"Point C for {vertex_c.HORIZON:.0f} s: filling bmax = 1024 "
-                 "blows up, serving at b0 holds", kmax=point_c.KMAX)
+    save(plot_pending(at_c, f"Point C for {vertex_c.HORIZON:.0f} s: filling bmax = 1024 "
+                      "blows up, serving at b0 holds", kmax=point_c.KMAX), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

@@ -7,6 +7,9 @@ from typing import Dict, List
 
 import pytest
 
+# figures render off screen in the tests, whatever display the machine has
+os.environ.setdefault("MPLBACKEND", "Agg")
+
 TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces")
 
 

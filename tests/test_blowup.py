@@ -6,7 +6,7 @@ from PIL import Image
 
 from llmqueue.theory import capacity as theory
 from llmqueue.engine.options import RunOptions
-from llmqueue.plotting.pending import animate_pending
+from llmqueue.plotting import animate_pending, save
 from llmqueue.experiments import blowup
 
 
@@ -60,6 +60,6 @@ def test_the_explanation_names_capacity_and_every_scheduler(rows):
 def test_the_animation_is_a_gif_of_the_asked_frames(rows, tmp_path):
     _, runs = rows
     path = tmp_path / "out" / "blowup.gif"
-    animate_pending(runs, str(path), "test", note="load", seconds=1.0, fps=4, dpi=40)
+    save(animate_pending(runs, "test", note="load", seconds=1.0, fps=4), str(path), dpi=40)
     with Image.open(path) as im:
         assert im.format == "GIF" and im.n_frames == 4

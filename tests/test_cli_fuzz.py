@@ -8,17 +8,17 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from llmqueue import experiments as scenarios
+from llmqueue import experiments
 from llmqueue.cli.main import main
 
-KEYS = sorted({k for s in scenarios.REGISTRY.values() for k in s.params} | {"bogus", ""})
+KEYS = sorted({k for s in experiments.REGISTRY.values() for k in s.params} | {"bogus", ""})
 VALUES = ["0", "-1", "1", "2", "3", "2.5", "128", "600", "none", "true", "false", "abc", "",
           "nan", "inf", "-0", "1e309", "0.5", "all", "random", "jsq-tokens", "poisson",
           "exiting", "entering", "fixed", "0.9"]
 SCHEDULERS = ["sarathi", "orca", "vllm", "fastertransformer", "step-fill", "whole-prefill",
               "nope", "os:path", "no.such.module:thing", ":", "sarathi,orca"]
 HORIZONS = ["0.5", "2", "2", "0", "-3", "nan", "inf", "abc"]
-NAMES = list(scenarios.REGISTRY) + ["nowhere", ""]
+NAMES = list(experiments.REGISTRY) + ["nowhere", ""]
 
 
 
@@ -32,7 +32,7 @@ def argvs(draw):
         argv.append(name)
     if command in ("plot", "fit"):
         argv.append(draw(st.sampled_from(["missing.csv", "", "-"])))
-    own = sorted(scenarios.REGISTRY[name].params) if name in scenarios.REGISTRY else []
+    own = sorted(experiments.REGISTRY[name].params) if name in experiments.REGISTRY else []
     own = own or KEYS
     keys = st.one_of(st.sampled_from(own), st.sampled_from(own), st.sampled_from(KEYS))
     for key, value in draw(st.lists(st.tuples(keys, st.sampled_from(VALUES)), max_size=3)):

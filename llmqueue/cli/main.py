@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from typing import Dict, List, Optional, Sequence
 
 from llmqueue import experiments
@@ -140,14 +141,15 @@ def cmd_run(args: argparse.Namespace) -> None:
             result.write_batches(_per_row(args.batches, label, many))
         if args.requests:
             result.write_requests(_per_row(args.requests, label, many))
+    shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
     if args.plot:
-        from llmqueue.plotting.pending import plot_pending
-        plot_pending(rows, args.plot, f"{experiment.name}: pending requests over time",
-                     kmax=params.get("kmax"))
+        from llmqueue.plotting import plot_pending, save
+        setting = ", ".join(f"{k} = {v}" for k, v in shown.items() if v not in (None, ""))
+        title = textwrap.fill(f"{experiment.name}: pending requests over time ({setting})", 100)
+        save(plot_pending(rows, title, kmax=params.get("kmax")), args.plot)
     summaries = [result.row(label) for label, result in rows]
     checks = experiment.checks(rows) if experiment.checks is not None else []
     if args.json:
-        shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
         doc = {"scenario": experiment.name, "params": shown, "rows": summaries}
         if checks:
             doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}

@@ -95,18 +95,19 @@ def cmd_plot(args: argparse.Namespace) -> None:
         rows = [r for r in rows if str(r[key]) == value or _same(r[key], value)]
         if not rows:
             raise ValueError(f"--where {key}={value}: no row of {args.csv} has it")
-    from llmqueue.plotting.sweep import default_path, plot_heat, plot_lines
+    from llmqueue.plotting import plot_heat, plot_lines, save
+    from llmqueue.plotting.sweep import default_path
 
     keys = _names(args.x) or []
     path = args.out or default_path(args.csv, args.y)
     if len(keys) == 1:
-        plot_lines(rows, keys[0], args.y, path, hue=args.hue)
+        fig = plot_lines(rows, keys[0], args.y, hue=args.hue)
     elif len(keys) == 2 and args.hue is None:
-        plot_heat(rows, keys[0], keys[1], args.y, path)
+        fig = plot_heat(rows, keys[0], keys[1], args.y)
     else:
         raise ValueError(f"--x takes one grid key (lines, optional --hue) or two (a heat "
                          f"map, no --hue); got {args.x!r}")
-    print(path)
+    print(save(fig, path))
 
 
 def _table(rows: Sequence[Row], points: Sequence[Row]) -> str:

@@ -43,8 +43,9 @@ def run(params: Dict[str, object], options: RunOptions) -> Rows:
     workload = trace.workload(limit=params["limit"], speedup=params["speedup"])
     rows = each_scheduler(params, SCHEDULERS, workload, options)
     if params["cdf"]:
-        from llmqueue.plotting.pending import plot_latency_cdfs
-        plot_latency_cdfs(rows, str(params["cdf"]), f"{workload.description}: latency CDFs")
+        from llmqueue.plotting import plot_latency_cdfs, save
+        save(plot_latency_cdfs(rows, f"{workload.description}: latency CDFs"),
+             str(params["cdf"]))
     return rows
 
 

@@ -72,8 +72,8 @@ def run_region(params: Dict[str, object], options: RunOptions) -> Rows:
             label = f"{scheduler}-{bmax} ({run['lambda_p']:g}, {run['lambda_d']:g})"
             rows.append((label, Result(dict(run))))
     if params["figure"]:
-        from llmqueue.plotting.region import plot_region
-        plot_region(rows, str(params["figure"]), params["kmax"])
+        from llmqueue.plotting import plot_region, save
+        save(plot_region(rows, params["kmax"]), str(params["figure"]))
     return rows
 
 

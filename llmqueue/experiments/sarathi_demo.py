@@ -136,32 +136,3 @@ EXPERIMENT = register(Experiment(
     columns=COLUMNS,
 ))
 
-
-def plot_sweep(figures: Dict[str, List], chunks: Sequence[int], path: str) -> None:
-    """TTFT p99 and TPOT p99 against chunk size, each the mean over the seeds of
-    ``figures`` (paired: every chunk size and the baseline see the same requests),
-    with the whole-prefill baseline dashed."""
-    import numpy as np
-
-    from llmqueue.plotting.pending import plt, save
-
-    seeds = len(figures["whole_ttft"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    panels = [("ttft", "TTFT p99 (s)", 1.0), ("tpot", "TPOT p99 (ms)", 1e3)]
-    for ax, (key, ylabel, scale) in zip(axes, panels):
-        values = np.array(figures[key]).mean(axis=1) * scale
-        base = float(np.mean(figures[f"whole_{key}"])) * scale
-        ax.plot(chunks, values, "o-", color="C0", label="chunked (sarathi, chunk = x)")
-        ax.axhline(base, color="C3", linestyle="--", label="whole prefill (baseline)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(list(chunks))
-        ax.set_xticklabels([str(c) for c in chunks], rotation=45)
-        ax.set_xlabel("chunk (prefill tokens per iteration)")
-        ax.set_ylabel(f"{ylabel}, mean over {seeds} seeds")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=9)
-    axes[0].set_title("Time to first token, p99")
-    axes[1].set_title("Time per output token, p99")
-    fig.suptitle(f"SPEC 6.6: {COUNT} Poisson requests at {RATE:g}/s, kmax = {KMAX}, "
-                 f"step model, no token budget ({seeds} seeds, same requests per seed)")
-    save(fig, path)

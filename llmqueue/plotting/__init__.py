@@ -1,4 +1,41 @@
-"""Every figure of llmqueue, in one place: pending over time, latency CDFs,
-networks, the stability region and sweeps.  Each function takes an optional
-``ax=`` and returns the figure.  Importing this package imports matplotlib;
-nothing else in llmqueue does."""
+"""Every figure of llmqueue, in one place: pending over time and latency CDFs
+(:mod:`.pending`), multi-engine runs (:mod:`.network`), Theorem 10's region
+(:mod:`.region`), Theorem 2 (:mod:`.theorem2`), the Sarathi chunk sweep
+(:mod:`.chunks`) and sweeps (:mod:`.sweep`), all in the style of
+:mod:`.style`.
+
+The rules, the same for every figure function:
+
+* **Drawing.**  A one-panel function takes ``ax=None``: it draws into that
+  matplotlib Axes when given, else into a new figure of its own.  A function
+  of several panels takes ``axes=None`` instead (a sequence of as many Axes
+  as it has panels, named in its docstring).
+* **Return value.**  Every figure function returns the
+  :class:`~matplotlib.figure.Figure` it drew on (``ax.figure`` when given an
+  ``ax``), never the axes.  The one exception, :func:`animate_pending`,
+  returns its animation.
+* **Saving.**  No figure function writes a file.  The caller writes one with
+  ``save(figure, path)`` (here, from :mod:`.style`), which creates the folder,
+  writes the image (or a GIF for an animation), closes the figure and returns
+  the path.
+* **Backend.**  Nothing here picks a matplotlib backend: matplotlib uses Agg
+  by itself where there is no display, and ``MPLBACKEND`` chooses one
+  explicitly.
+
+Importing this package imports matplotlib; nothing else in llmqueue does at
+import time (the experiments and the command line import it inside the
+functions that draw).
+"""
+
+from llmqueue.plotting.chunks import plot_chunk_sweep
+from llmqueue.plotting.network import plot_against_load, plot_agents, plot_backlogs
+from llmqueue.plotting.pending import (animate_pending, plot_latency_cdfs, plot_pending,
+                                       plot_pending_zoom)
+from llmqueue.plotting.region import plot_region
+from llmqueue.plotting.style import save
+from llmqueue.plotting.sweep import plot_heat, plot_lines
+from llmqueue.plotting.theorem2 import plot_theorem2
+
+__all__ = ["animate_pending", "plot_against_load", "plot_agents", "plot_backlogs",
+           "plot_chunk_sweep", "plot_heat", "plot_latency_cdfs", "plot_lines",
+           "plot_pending", "plot_pending_zoom", "plot_region", "plot_theorem2", "save"]

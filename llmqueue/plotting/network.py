@@ -3,97 +3,96 @@ job latencies, and latency against load."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
-from llmqueue.plotting.pending import plt, save
 from llmqueue.engine.results import Result
+from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, reference_hline,
+                                     reference_vline, suptitle)
 
 
-def plot_backlogs(panels: Sequence[Tuple[str, Dict[str, Result]]], path: str, title: str,
-                  unit: str = "s") -> None:
-    """One panel per run, sharing the time axis: each engine's backlog
-    (unprocessed tokens) and their sum over time."""
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.6 * len(panels)), sharex=True,
-                             squeeze=False)
-    for ax, (name, results) in zip(axes[:, 0], panels):
-        for label, result in results.items():
+def plot_backlogs(panels: Sequence[Tuple[str, Dict[str, Result]]], title: str,
+                  unit: str = "s", axes: Optional[Sequence[Axes]] = None) -> Figure:
+    """One panel per ``(name, {engine: result})`` run, stacked on a shared time
+    axis (in ``unit``): each engine's backlog (unprocessed tokens) over time,
+    and their sum drawn black when an engine is called ``total``.  Draws into
+    ``axes`` (one per panel) when given; returns the figure."""
+    fig, axs = panels_for(axes, len(panels), column=True, sharex=True, panel=(10.0, 3.6))
+    for ax, (name, results) in zip(axs, panels):
+        for engine, result in results.items():
             t, _, backlog = result.timeseries()
-            style = {"color": "black", "linewidth": 1.6} if label == "total" else \
+            style = {"color": "black", "linewidth": 1.6} if engine == "total" else \
                 {"linewidth": 1.0, "alpha": 0.8}
-            ax.step(t, backlog, where="post", label=label, **style)
-        ax.set_title(name, fontsize=10)
-        ax.set_ylabel("backlog (tokens)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=9)
-    axes[-1, 0].set_xlabel(f"time ({unit})")
-    fig.suptitle(title)
-    save(fig, path)
+            ax.step(t, backlog, where="post", label=engine, **style)
+        ax.set_ylim(bottom=0)
+        decorate(ax, name, None, label("backlog", "tokens"))
+    axs[-1].set_xlabel(label("time", unit))
+    suptitle(fig, title)
+    return fig
 
 
 def plot_agents(loads: Dict[str, Tuple[float, float, float]], e2e: Sequence[float],
-                path: str, title: str) -> None:
+                title: str, axes: Optional[Sequence[Axes]] = None) -> Figure:
     """Left: each engine's measured token load and GPU busy fraction beside the
-    expected load, all as fractions of capacity.  Right: the distribution of
-    job end-to-end times."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    expected load (``loads[engine] = (measured, expected, busy)``), all as
+    fractions of capacity.  Right: the distribution of the job end-to-end
+    times ``e2e`` (s).  Draws into the two ``axes`` when given; returns the
+    figure."""
+    fig, (left, right) = panels_for(axes, 2)
     names = list(loads)
     x = np.arange(len(names))
-    measured = [loads[n][0] for n in names]
-    expected = [loads[n][1] for n in names]
-    busy = [loads[n][2] for n in names]
+    measured, expected, busy = (np.array([loads[n][i] for n in names]) for i in range(3))
     left.bar(x - 0.2, measured, 0.4, label="token load, measured")
     left.bar(x + 0.2, busy, 0.4, label="GPU busy fraction", color="tab:orange", alpha=0.7)
-    left.scatter(x - 0.2, expected, color="black", marker="_", s=600, zorder=3,
+    left.scatter(x - 0.2, expected, color="black", marker="_", s=600, zorder=DATA_ZORDER,
                  label="token load, expected (rate x tokens / capacity)")
-    left.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="capacity")
+    reference_hline(left, 1.0, "capacity")
     left.set_xticks(x, names)
-    left.set_ylabel("fraction of capacity bmax / t_bmax")
     left.set_ylim(0, 1.6)
-    left.set_title("per-engine load against capacity", fontsize=10)
-    left.legend(fontsize=8, loc="upper left")
+    decorate(left, "Per-engine load against capacity", None,
+             label("load", "fraction of capacity bmax / t_bmax"))
     values = np.sort(np.asarray(e2e, dtype=float))
-    right.step(values, np.arange(1, len(values) + 1) / len(values), where="post")
-    for q, style in ((50, ":"), (99, "--")):
+    right.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
+               label="finished jobs")
+    for q, dash in ((50, ":"), (99, "--")):
         v = float(np.percentile(values, q))
-        right.axvline(v, color="grey", linestyle=style, linewidth=1, label=f"p{q} = {v:.1f} s")
-    right.set_xlabel("job end-to-end time (s)")
-    right.set_ylabel("fraction of finished jobs")
-    right.set_title("job latency (distribution)", fontsize=10)
-    right.grid(alpha=0.3)
-    right.legend(fontsize=9, loc="lower right")
-    fig.suptitle(title)
-    save(fig, path)
+        reference_vline(right, v, f"p{q} = {v:.1f} s", linestyle=dash)
+    right.set_ylim(0, 1.02)
+    decorate(right, "Job latency (distribution)", label("job end-to-end time", "s"),
+             label("finished jobs at or below", "fraction"))
+    suptitle(fig, title)
+    return fig
 
 
 def plot_against_load(loads: Sequence[float], curves: Dict[str, Dict[str, List[float]]],
-                      limits: Dict[str, float], path: str, title: str) -> None:
-    """One panel per figure (e.g. TTFT p99, TPOT p99) against the load, a line
-    per mode, and each mode's load limit as a dotted vertical line; a panel
-    whose values span more than 5x is drawn on a log scale."""
+                      limits: Dict[str, float], title: str,
+                      axes: Optional[Sequence[Axes]] = None) -> Figure:
+    """One panel per figure of ``curves[mode]`` (e.g. TTFT p99, TPOT p99, in
+    seconds) against the load, a line per mode, and each mode's load limit
+    ``limits[mode]`` as a dotted vertical line; a panel whose values span more
+    than 5x is drawn on a log scale.  Draws into ``axes`` (one per figure)
+    when given; returns the figure."""
     figures = list(next(iter(curves.values())))
-    fig, axes = plt.subplots(1, len(figures), figsize=(5.5 * len(figures), 4.5), squeeze=False)
-    for ax, figure in zip(axes[0], figures):
+    fig, axs = panels_for(axes, len(figures))
+    for ax, figure in zip(axs, figures):
         for mode, series in curves.items():
             line, = ax.plot(loads, series[figure], marker="o", label=mode)
             if mode in limits:
-                ax.axvline(limits[mode], color=line.get_color(), linestyle=":",
-                           label=f"{mode} limit (theory) = {limits[mode]:.2f}")
-        ax.set_xlabel("load (fraction of the colocated lambda*)")
-        ax.set_ylabel(f"{figure} (s)")
+                reference_vline(ax, limits[mode], f"{mode} limit (theory) = {limits[mode]:.2f}",
+                                color=line.get_color())
         values = [v for c in curves.values() for v in c[figure] if v]
         if values and max(values) > 5 * min(values):  # log scale only for a wide range
             ax.set_yscale("log")
             ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_major_formatter(ScalarFormatter())
             ax.yaxis.set_minor_formatter(NullFormatter())
-        else:
+        elif values:
             ax.set_ylim(0, 1.5 * max(values))
-        ax.set_title(figure, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(title)
-    save(fig, path)
+        decorate(ax, figure, label("load", "fraction of the colocated lambda*"),
+                 label(figure, "s"), grid="both")
+    suptitle(fig, title)
+    return fig

@@ -4,38 +4,45 @@ from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
 
-import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
-from llmqueue.models.latency import Staircase
-from llmqueue.plotting.pending import save
-from llmqueue.theory.region import stability_region, vertex_c
 from llmqueue.engine.results import Result
+from llmqueue.models.latency import Staircase
+from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, place_legend,
+                                     suptitle)
+from llmqueue.theory.region import stability_region, vertex_c
 
 MARKERS = {"stable": ("o", "tab:green"), "unstable": ("X", "tab:red"),
            "inconclusive": ("s", "tab:grey")}
+TITLE = ("Theorem 10: sustainable (prefill, decode) rates with kmax, and what each "
+         "scheduler holds (CodeLlama-34B staircase)")
 
 
-def plot_region(rows: Sequence[Tuple[str, Result]], path: str, kmax: Optional[int]) -> None:
-    """One panel per (scheduler, bmax) of ``rows``: the region at that budget
-    (shaded), the other budgets' regions (outlined), point C, and each run's
-    measured verdict at its (lambda_p, lambda_d)."""
+def plot_region(rows: Sequence[Tuple[str, Result]], kmax: Optional[int],
+                axes: Optional[Sequence[Axes]] = None, title: str = TITLE) -> Figure:
+    """One panel per (scheduler, bmax) of ``rows`` (summaries with
+    ``scheduler``, ``bmax``, ``lambda_p``, ``lambda_d`` and ``verdict``): the
+    region at that budget (shaded), the other budgets' regions (outlined),
+    point C, and each run's measured verdict at its rates.  Draws into
+    ``axes`` (one per panel) when given; returns the figure."""
     panels = list(dict.fromkeys((r.summary["scheduler"], r.summary["bmax"]) for _, r in rows))
     budgets = sorted({bmax for _, bmax in panels})
     latency = Staircase()
     regions = {b: stability_region(b, kmax, latency) for b in budgets}
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.8), sharey=True)
-    for ax, (scheduler, bmax) in zip(axes, panels):
+    fig, axs = panels_for(axes, len(panels), sharey=True, panel=(5.2, 4.8))
+    for ax, (scheduler, bmax) in zip(axs, panels):
         for b, region in regions.items():
             ax.add_patch(Polygon(region.vertices, closed=True,
                                  facecolor="tab:blue" if b == bmax else "none",
-                                 alpha=0.15 if b == bmax else 1.0,
+                                 alpha=0.15 if b == bmax else 1.0, zorder=1,
                                  edgecolor="tab:blue", linestyle="-" if b == bmax else ":",
                                  label=f"region, bmax = {b}"))
         if kmax is not None and kmax <= latency.b0:
             cx, cy = vertex_c(kmax, latency)
             ax.plot([cx], [cy], marker="*", color="black", markersize=14, linestyle="none",
-                    label="vertex C (point C)")
+                    zorder=DATA_ZORDER + 1, label="vertex C (point C)")
         for verdict, (marker, colour) in MARKERS.items():
             pts = [(r.summary["lambda_p"], r.summary["lambda_d"]) for _, r in rows
                    if (r.summary["scheduler"], r.summary["bmax"]) == (scheduler, bmax)
@@ -43,14 +50,13 @@ def plot_region(rows: Sequence[Tuple[str, Result]], path: str, kmax: Optional[in
             if pts:
                 xs, ys = zip(*pts)
                 ax.scatter(xs, ys, marker=marker, color=colour, s=45, label=f"run: {verdict}",
-                           zorder=3)
-        ax.set_title(f"{scheduler}, bmax = {bmax}, kmax = {kmax}")
-        ax.set_xlabel("prefill token rate lambda_p (tokens/s)")
+                           zorder=DATA_ZORDER)
         ax.set_xlim(0, 3700)
         ax.set_ylim(0, 2400)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("decode token rate lambda_d (tokens/s)")
-    axes[-1].legend(loc="upper right", fontsize=8)
-    fig.suptitle("Theorem 10: sustainable (prefill, decode) rates with kmax, and what each "
-                 "scheduler holds (CodeLlama-34B staircase)")
-    save(fig, path)
+        decorate(ax, f"{scheduler}, bmax = {bmax}, kmax = {kmax}",
+                 label("prefill token rate lambda_p", "tokens/s"),
+                 label("decode token rate lambda_d", "tokens/s") if ax is axs[0] else None,
+                 legend=False)
+    place_legend(axs[-1], outside=True, also=axs[:-1])
+    suptitle(fig, title)
+    return fig

@@ -7,33 +7,64 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from llmqueue import experiments
-from llmqueue.plotting.pending import plt, save
+from llmqueue.plotting.style import REFERENCE_ZORDER, decorate, figure_for, label
 from llmqueue.sweeps.runner import Row, figure_columns, point_columns, summarize, varying
 
-#: Units of the summary figures, by name prefix or suffix.
+#: Units of the summary figures, by name part (the first that matches).
 _UNITS: List[Tuple[str, str]] = [
-    ("backlog_slope", "tokens/s"), ("pending", "requests"), ("backlog", "tokens"),
-    ("_fraction", "fraction of the run"), ("throughput", "tokens/s"), ("ttft", "s"),
+    ("slope", "tokens/s"), ("tokens_per_s", "tokens/s"), ("pending", "requests"),
+    ("backlog", "tokens"), ("_fraction", "fraction of the run"), ("ttft", "s"),
     ("tpot", "s per token"), ("e2e", "s"), ("arrivals", "requests"),
     ("completed", "requests"), ("residents", "requests"), ("waiting", "requests"),
     ("decode_batch", "decode tokens per batch"), ("batches", "batches"),
-    ("duration", "s"), ("wall_time", "s of computer time"),
+    ("duration", "s"), ("wall_time", "s of computer time"), ("load", "fraction of capacity"),
 ]
+#: Words of figure names written out in axis labels.
+_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end", "se": "standard error",
+          "non_work_conserving": "non-work-conserving", "tokens_per_s": "throughput",
+          "throughput_tokens_per_s": "throughput"}
+#: Axis labels of the usual grid keys, with their units.
+_KEYS = {
+    "rate": label("arrival rate", "requests/s"), "gap": label("gap between arrivals", "s"),
+    "load": label("load", "fraction of lambda*"), "bmax": label("token budget bmax", "tokens"),
+    "kmax": label("slot limit kmax", "requests"), "vp": label("prompt vp", "tokens"),
+    "vd": label("output vd", "tokens"), "chunk": label("chunk", "prefill tokens per iteration"),
+    "lambda_p": label("prefill token rate lambda_p", "tokens/s"),
+    "lambda_d": label("decode token rate lambda_d", "tokens/s"),
+    "c": label("staircase constant c", "s"), "a": label("staircase step time a", "s"),
+    "b0": label("staircase step width b0", "tokens"), "count": label("requests", "count"),
+    "engines": label("engines K", "count"), "gpus": label("GPUs", "count"),
+    "prefill_gpus": label("prefill GPUs", "count"), "transfer": label("KV transfer", "s"),
+    "speedup": label("speedup", "x the trace's rate"),
+    "long_fraction": label("long prompts", "fraction"),
+    "review": label("review chance", "probability"),
+}
 
 
 def figure_label(name: str) -> str:
-    """An axis label for a summary figure, with its unit."""
+    """An axis label for a summary figure: its name in words and its unit,
+    e.g. ``ttft_p99`` -> ``TTFT p99 (s)``."""
+    parts, words = name.split("_"), []
+    while parts:  # the longest run of parts that has a written-out form, else one part
+        n = next((n for n in range(len(parts), 0, -1) if "_".join(parts[:n]) in _WORDS), 0)
+        words.append(_WORDS["_".join(parts[:n])] if n else parts[0])
+        parts = parts[max(n, 1):]
+    words = " ".join(words)
     for part, unit in _UNITS:
         if part in name:
-            return f"{name} ({unit})"
-    return name
+            return label(words, unit)
+    return words
 
 
 def key_label(key: str) -> str:
-    """An axis label for a grid key: its name and the scenario parameter's help
-    (without its note on the default)."""
+    """An axis label for a grid key: its name and unit, or else its name and
+    the scenario parameter's help (without its note on the default)."""
+    if key in _KEYS:
+        return _KEYS[key]
     if key in ("scheduler", "label"):
         return key
     for scenario in experiments.REGISTRY.values():
@@ -55,12 +86,15 @@ def check_columns(rows: Sequence[Row], keys: Sequence[str], y: str) -> None:
         raise ValueError(f"y must be a figure ({', '.join(figures)}); got {y!r}")
 
 
-def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str] = None,
+def plot_lines(rows: Sequence[Row], x: str, y: str, hue: Optional[str] = None,
                title: Optional[str] = None,
-               theory: Optional[Tuple[Sequence[float], Sequence[float], str]] = None) -> None:
-    """``y`` against ``x``: the mean over seeds with its 95% confidence band, one
-    line per value of ``hue`` and of every other grid key that varies;
-    ``theory`` is an ``(xs, ys, label)`` curve drawn dashed beside them."""
+               theory: Optional[Tuple[Sequence[float], Sequence[float], str]] = None,
+               ax: Optional[Axes] = None) -> Figure:
+    """``y`` against ``x`` from a sweep's ``rows``: the mean over seeds with its
+    95% confidence band (clipped at zero unless ``y`` is a slope, which may be
+    negative), one line per value of ``hue`` and of every other grid key that
+    varies; ``theory`` is an ``(xs, ys, label)`` curve drawn dashed beside
+    them.  Draws into ``ax`` when given; returns the figure."""
     check_columns(rows, [x] + ([hue] if hue else []), y)
     points = summarize(rows)
     keys = varying(points, skip=[x])
@@ -74,7 +108,8 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str
     lines: Dict[Tuple[object, ...], List[Row]] = {}
     for p in points:
         lines.setdefault(tuple(p[k] for k in keys), []).append(p)
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = figure_for(ax)
+    floor = -np.inf if "slope" in y else 0.0
     for key, members in lines.items():
         members = [m for m in members if m[f"{y}_mean"] is not None]
         members.sort(key=lambda m: m[x])
@@ -84,25 +119,26 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, path: str, hue: Optional[str
                          for m in members], dtype=float)
         name = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or y
         (line,) = ax.plot(xs, mean, marker="o", linewidth=1.5, label=name)
-        ax.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2,
-                        linewidth=0)
+        ax.fill_between(xs, np.maximum(mean - half, floor), mean + half,
+                        color=line.get_color(), alpha=0.2, linewidth=0)
     if theory is not None:
         ax.plot(theory[0], theory[1], color="black", linestyle="--", linewidth=1.2,
-                label=theory[2])
+                zorder=REFERENCE_ZORDER + 0.5, label=theory[2])  # under the data
     n = sorted({p["n"] for p in points})
     seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
-    ax.set_title(title or f"{y} against {x}: mean over {seeds} seeds, 95% confidence band")
-    ax.set_xlabel(key_label(x))
-    ax.set_ylabel(figure_label(y))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=9)
-    save(fig, path)
+    if floor == 0.0:
+        ax.set_ylim(bottom=0)
+    decorate(ax, title or f"{figure_label(y).split(' (')[0]} against {x}: mean over {seeds} "
+             "seeds, 95% confidence band", key_label(x), figure_label(y))
+    return fig
 
 
-def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, path: str,
-              title: Optional[str] = None) -> None:
+def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, title: Optional[str] = None,
+              ax: Optional[Axes] = None) -> Figure:
     """The mean of ``y`` over seeds on the grid of ``x`` (columns) and ``x2``
-    (rows), each cell written out; every other grid key must be fixed."""
+    (rows) of a sweep's ``rows``, each cell written out with its 95%
+    confidence half-width; every other grid key must be fixed.  Draws into
+    ``ax`` when given; returns the figure."""
     check_columns(rows, [x, x2], y)
     points = summarize(rows)
     others = varying(points, skip=[x, x2])
@@ -119,7 +155,7 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, path: str,
             grid[at] = p[f"{y}_mean"]
         if p[f"{y}_ci95"] is not None:
             half[at] = p[f"{y}_ci95"]
-    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 4, 0.6 * len(lines) + 3))
+    fig, ax = figure_for(ax, figsize=(1.2 * len(cols) + 4, 0.6 * len(lines) + 3))
     image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
     finite = grid[np.isfinite(grid)]
     middle = (finite.min() + finite.max()) / 2 if finite.size else 0
@@ -130,12 +166,11 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, path: str,
                     color="black" if value > middle else "white")
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
     ax.set_yticks(range(len(lines)), [str(v) for v in lines])
-    ax.set_xlabel(key_label(x))
-    ax.set_ylabel(key_label(x2))
     n = sorted({p["n"] for p in points})
-    ax.set_title(title or f"{y}: mean over {n[-1]} seeds +- 95% confidence half-width")
+    decorate(ax, title or f"{figure_label(y).split(' (')[0]}: mean over {n[-1]} seeds +- 95% "
+             "confidence half-width", key_label(x), key_label(x2), legend=False, grid=None)
     fig.colorbar(image, ax=ax, label=figure_label(y))
-    save(fig, path)
+    return fig
 
 
 def default_path(csv_path: str, y: str) -> str:

@@ -1,0 +1,52 @@
+"""The figure of Theorem 2 (SPEC 6.2): backlogs below and above capacity, and
+the measured backlog slope against the load beside the fluid rate."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from llmqueue.engine.results import Result
+from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, reference_vline,
+                                     suptitle)
+
+
+def plot_theorem2(rows: Dict[str, Result], shown: Sequence[str], capacity: float,
+                  star: float, title: str, axes: Optional[Sequence[Axes]] = None) -> Figure:
+    """Left: the backlog over time of the runs ``rows[label]`` for each label of
+    ``shown`` (recorded with ``timeseries=True``) beside their fluid lines.
+    Right: every row's measured slope (+- 2 SE over its seeds) against its load
+    beside the fluid curve ``max(0, (load - 1) * capacity)`` (tokens/s), with
+    the boundary at lambda* = ``star`` requests/s.  Summaries need ``rate``,
+    ``fluid_slope``, ``load``, ``slope``, ``slope_se`` and ``seeds``.  Draws
+    into the two ``axes`` when given; returns the figure."""
+    fig, (left, right) = panels_for(axes, 2, panel=(6.5, 5.0))
+    for name, colour in zip(shown, ("tab:blue", "tab:red", "tab:green", "tab:purple")):
+        result = rows[name]
+        t, _, backlog = result.timeseries()
+        left.step(t, backlog, where="post", color=colour, linewidth=1,
+                  label=f"{name} ({result.summary['rate']:.2f} req/s), first seed")
+        fluid = result.summary["fluid_slope"]
+        left.plot([0, t[-1]], [0, fluid * t[-1]], color=colour, linestyle="--",
+                  label=f"fluid: {fluid:.0f} tokens/s")
+    left.set_ylim(bottom=0)
+    decorate(left, "Backlog over time, below and above capacity", label("time", "s"),
+             label("backlog", "unprocessed tokens"))
+
+    loads = np.array([r.summary["load"] for r in rows.values()])
+    slopes = np.array([r.summary["slope"] for r in rows.values()])
+    errors = np.array([2 * r.summary["slope_se"] for r in rows.values()])
+    grid = np.linspace(min(loads.min(), 0.5), max(loads.max(), 1.5), 200)
+    right.plot(grid, np.maximum(0.0, (grid - 1) * capacity), color="black",
+               label=r"fluid: max(0, $\lambda(m_p+m_d) - b_{max}/t_{b_{max}}$)")
+    seeds = next(iter(rows.values())).summary["seeds"]
+    right.errorbar(loads, slopes, yerr=errors, fmt="o", color="tab:red", capsize=3,
+                   zorder=DATA_ZORDER, label=f"measured (mean of {seeds} seeds, +- 2 SE)")
+    reference_vline(right, 1.0, f"Theorem 2 boundary: lambda* = {star:.2f} req/s")
+    decorate(right, "Backlog slope over the second half of each run",
+             label("load", "arrival rate / lambda*"), label("backlog slope", "tokens/s"))
+    suptitle(fig, title)
+    return fig
