@@ -20,9 +20,9 @@ from typing import Callable, Optional
 import numpy as np
 
 import llmqueue as q
+from llmqueue.engine.reference import run_reference
 from llmqueue.models.latency import Staircase
 from llmqueue.policies.builtin import make_policy
-from llmqueue.engine.reference import run_reference
 
 POINT_C = q.renewal(0.4675, 290, 990)
 ITERATION = Staircase().tokens_time(128)  # 46.75 ms at point C

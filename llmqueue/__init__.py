@@ -14,19 +14,80 @@ matplotlib nor the experiments.
 from llmqueue import sweeps, theory
 from llmqueue.engine import Diverged, Engine, Result, Stalled, simulate
 from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
-from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma,
-                             Geometric, Interpolated, LatencyModel, Linear, LogNormal,
-                             Mixture, Poisson, PoissonSize, Renewal, SizeLaw, Staircase,
-                             StepModel, Trace, TraceTimes, UniformInt, Workload, compose,
-                             from_list, poisson, read_csv, read_trace, renewal, tokens_time)
-from llmqueue.network import (JSQ, JSQTokens, JobContext, Network, NetworkResult, PowerOfTwo,
-                              RandomRouter, RequestClass, RoundRobin, Router, by_class,
-                              class_stream, job_summary, make_router, router_names,
-                              start_jobs)
-from llmqueue.policies import (ClassPriority, FasterTransformer, Orca, Plan, Policy,
-                               Request, Sarathi, StepFill, VLLM, WholePrefill, make_policy,
-                               make_view, policy_names, register_policy)
+from llmqueue.models import (
+                             Arrival,
+                             ArrivalLaw,
+                             Constant,
+                             Empirical,
+                             Fixed,
+                             Gamma,
+                             Geometric,
+                             Interpolated,
+                             LatencyModel,
+                             Linear,
+                             LogNormal,
+                             Mixture,
+                             Poisson,
+                             PoissonSize,
+                             Renewal,
+                             SizeLaw,
+                             Staircase,
+                             StepModel,
+                             Trace,
+                             TraceTimes,
+                             UniformInt,
+                             Workload,
+                             compose,
+                             from_list,
+                             poisson,
+                             read_csv,
+                             read_trace,
+                             renewal,
+                             tokens_time,
+)
+from llmqueue.network import (
+                             JSQ,
+                             JobContext,
+                             JSQTokens,
+                             Network,
+                             NetworkResult,
+                             PowerOfTwo,
+                             RandomRouter,
+                             RequestClass,
+                             RoundRobin,
+                             Router,
+                             by_class,
+                             class_stream,
+                             job_summary,
+                             make_router,
+                             router_names,
+                             start_jobs,
+)
+from llmqueue.policies import (
+                             VLLM,
+                             ClassPriority,
+                             FasterTransformer,
+                             Orca,
+                             Plan,
+                             Policy,
+                             Request,
+                             Sarathi,
+                             StepFill,
+                             WholePrefill,
+                             make_policy,
+                             make_view,
+                             policy_names,
+                             register_policy,
+)
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
+from llmqueue.theory.memory import (
+                             kv_area,
+                             kv_bytes_per_token,
+                             kv_capacity_tokens,
+                             lambda_joint,
+                             mu_mem,
+                             wait_thresholds,
+)
 
 __all__ = [
     "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",
@@ -37,9 +98,10 @@ __all__ = [
     "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "Sarathi", "SizeLaw",
     "Staircase", "Stalled", "StepFill", "StepModel", "Trace", "TraceTimes", "UniformInt",
     "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose", "fit_linear",
-    "fit_staircase", "from_list", "gpu", "job_summary", "kv_capacity", "make_policy",
-    "make_router", "make_view", "model", "poisson", "policy_names", "read_csv",
-    "read_samples", "read_trace", "register_policy", "renewal", "router_names", "simulate",
-    "start_jobs", "sweeps", "theory", "tokens_time",
+    "fit_staircase", "from_list", "gpu", "job_summary", "kv_area", "kv_bytes_per_token",
+    "kv_capacity", "kv_capacity_tokens", "lambda_joint", "make_policy", "make_router",
+    "make_view", "model", "mu_mem", "poisson", "policy_names", "read_csv", "read_samples",
+    "read_trace", "register_policy", "renewal", "router_names", "simulate", "start_jobs",
+    "sweeps", "theory", "tokens_time", "wait_thresholds",
 ]
 __version__ = "0.2.0"

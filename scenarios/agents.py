@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting import plot_agents, save
 from llmqueue.cli.report import table
 from llmqueue.experiments import agents
+from llmqueue.plotting import plot_agents, save
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "agents.png")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting import plot_latency_cdfs, plot_pending, save
-from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import azure
+from llmqueue.plotting import plot_latency_cdfs, plot_pending, save
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATH = azure.DEFAULT_TRACE          # the conversation trace

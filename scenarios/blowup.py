@@ -23,13 +23,12 @@ import os
 from typing import Dict
 
 from llmqueue import make_policy
-from llmqueue.engine.options import RunOptions
-
-from llmqueue.theory import capacity as theory
-from llmqueue.plotting import animate_pending, plot_pending_zoom, save
 from llmqueue.cli.report import table
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import blowup
 from llmqueue.experiments.base import Rows, engine_kwargs
+from llmqueue.plotting import animate_pending, plot_pending_zoom, save
+from llmqueue.theory import capacity as theory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PNG = os.path.join(HERE, "..", "plots", "blowup.png")

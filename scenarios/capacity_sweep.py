@@ -24,8 +24,8 @@ import numpy as np
 
 from llmqueue.experiments import get
 from llmqueue.models.latency import Staircase
-from llmqueue.sweeps.runner import summarize, sweep, write_rows
 from llmqueue.plotting import plot_lines, save
+from llmqueue.sweeps.runner import summarize, sweep, write_rows
 
 BMAX = 512
 PREFILL = DECODE = 100

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Callable
 
 from llmqueue import Plan, Sarathi
-from llmqueue.policies.view import View
 from llmqueue.cli.report import table
 from llmqueue.experiments import sarathi_demo as demo
+from llmqueue.policies.view import View
 
 CHUNK = demo.CHUNK            # prefill tokens per iteration, as in the demo
 THRESHOLDS = (4, 8, 12)       # K: decoders that make an iteration skip its prefill

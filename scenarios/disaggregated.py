@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting import plot_against_load, save
-from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import disaggregated as dis
+from llmqueue.plotting import plot_against_load, save
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "disaggregated.png")
@@ -39,7 +39,8 @@ def main() -> None:
     params = dis.EXPERIMENT.resolve({})
     print(f"{params['gpus']} GPUs ({params['prefill_gpus']} prefill when split), load "
           f"{params['load']} of the colocated lambda*, horizon {dis.HORIZON:.0f} s\n")
-    print(table([r.row(label) for label, r in dis.run(params, RunOptions(horizon=dis.HORIZON, seed=SEED))], COLUMNS))
+    rows = dis.run(params, RunOptions(horizon=dis.HORIZON, seed=SEED))
+    print(table([r.row(label) for label, r in rows], COLUMNS))
     curves = {mode: {"TTFT p99": [], "TPOT p99": []} for mode in ("colocated", "disaggregated")}
     for load in LOADS:
         for mode in curves:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting import plot_pending, save
 from llmqueue.cli.report import table
-from llmqueue.network.routers import router_names
 from llmqueue.experiments import parallel
+from llmqueue.network.routers import router_names
+from llmqueue.plotting import plot_pending, save
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "parallel_routers.png")

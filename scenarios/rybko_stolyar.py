@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting import plot_backlogs, save
 from llmqueue.cli.report import table
 from llmqueue.experiments import rybko_stolyar as rs
+from llmqueue.plotting import plot_backlogs, save
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "rybko_stolyar.png")

@@ -22,8 +22,8 @@ import os
 
 from llmqueue.cli.report import table
 from llmqueue.engine.options import RunOptions
-from llmqueue.plotting import plot_chunk_sweep, save
 from llmqueue.experiments import sarathi_demo as demo
+from llmqueue.plotting import plot_chunk_sweep, save
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "sarathi_chunk_sweep.png")

@@ -22,13 +22,12 @@ import os
 from typing import Dict
 
 from llmqueue import Result
-from llmqueue.engine.options import RunOptions
-
-from llmqueue.theory import capacity as theory
-from llmqueue.plotting import plot_theorem2, save
 from llmqueue.cli.report import table
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import theorem2
 from llmqueue.experiments.base import engine_kwargs
+from llmqueue.plotting import plot_theorem2, save
+from llmqueue.theory import capacity as theory
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "theorem2.png")

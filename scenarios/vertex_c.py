@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.plotting import plot_pending, save
-from llmqueue.engine.options import RunOptions
 from llmqueue.cli.report import table
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import point_c, vertex_c
+from llmqueue.plotting import plot_pending, save
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "vertex_c_pending.png")

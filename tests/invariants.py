@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 
 def check_run(result, bmax: Optional[int], kmax: Optional[int],

@@ -2,8 +2,9 @@
 
 import pytest
 
-from llmqueue.experiments import agents, disaggregated as dis
 from llmqueue.engine.options import RunOptions
+from llmqueue.experiments import agents
+from llmqueue.experiments import disaggregated as dis
 
 
 def test_agents_engine_loads_follow_the_workflow():
@@ -12,7 +13,7 @@ def test_agents_engine_loads_follow_the_workflow():
     job runs at least its five calls."""
     params = agents.EXPERIMENT.resolve({})
     result, jobs = agents.simulate_agents(params, 600.0, seed=1)
-    for name, r in result.engines.items():
+    for r in result.engines.values():
         assert r.summary["load"] == pytest.approx(r.summary["load_expected"], rel=0.12)
         assert r.summary["pending_final"] < 150                     # below capacity: bounded
     assert max(result.engines, key=lambda n: result.engines[n].summary["load"]) == "worker"

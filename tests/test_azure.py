@@ -1,6 +1,7 @@
 """The azure scenario: replaying a trace against the four schedulers."""
 
 import json
+
 import pytest
 
 from llmqueue.cli.main import main

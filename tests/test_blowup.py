@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from llmqueue.theory import capacity as theory
 from llmqueue.engine.options import RunOptions
-from llmqueue.plotting import animate_pending, save
 from llmqueue.experiments import blowup
+from llmqueue.plotting import animate_pending, save
+from llmqueue.theory import capacity as theory
 
 
 def test_the_geometric_workload_has_the_stated_means_and_rate():

@@ -96,7 +96,8 @@ def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
     """))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    doc = run_json(capsys, "run", "single", "--scheduler", "mypolicy:decode_first_whole", "--set", "bmax=512",
+    doc = run_json(capsys, "run", "single", "--scheduler", "mypolicy:decode_first_whole",
+                   "--set", "bmax=512",
                    "--horizon", "30")
     assert doc["rows"][0]["batches"] > 0
 

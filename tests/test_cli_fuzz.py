@@ -6,7 +6,8 @@ import io
 import os
 import tempfile
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llmqueue import experiments
 from llmqueue.cli.main import main

@@ -2,9 +2,9 @@
 
 import json
 
-from llmqueue.cli.main import main
-
 from test_cli import KEYS
+
+from llmqueue.cli.main import main
 
 
 def run_json(capsys, *argv):

@@ -3,13 +3,12 @@
 import random
 
 import pytest
+from conftest import fig8_labels
+from invariants import check_run
 
 import llmqueue as q
 from llmqueue.common.units import to_ticks
 from llmqueue.models.latency import Staircase
-
-from conftest import fig8_labels
-from invariants import check_run
 
 FIG8 = q.from_list([(0, 0, 2), (0, 0, 4), (0, 0, 3), (0.5, 1, 1), (0.5, 1, 1)])
 

@@ -5,8 +5,8 @@ import random
 import pytest
 
 import llmqueue as q
-from llmqueue.policies.builtin import ClassPriority, make_policy
 from llmqueue.engine.reference import run_reference
+from llmqueue.policies.builtin import ClassPriority, make_policy
 
 
 def request_times(requests):

@@ -6,9 +6,8 @@ import sys
 
 import pytest
 
+from llmqueue.experiments import REGISTRY, get
 from llmqueue.sweeps import grid
-from llmqueue.experiments import get
-from llmqueue.experiments import REGISTRY
 from llmqueue.sweeps.runner import plan
 
 SINGLE = REGISTRY["single"]

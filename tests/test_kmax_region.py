@@ -2,10 +2,10 @@
 
 import pytest
 
-from llmqueue.models.latency import Staircase
 from llmqueue.engine.options import RunOptions
-from llmqueue.theory.region import stability_region
 from llmqueue.experiments import kmax_region, vertex_c
+from llmqueue.models.latency import Staircase
+from llmqueue.theory.region import stability_region
 
 
 def verdict(scheduler, bmax, lambda_p, lambda_d, horizon=1500.0):
@@ -53,7 +53,8 @@ def test_vertex_c_experiment_rows():
 
 @pytest.mark.slow
 def test_the_whole_grid_agrees_with_theorem_10():
-    rows = kmax_region.run_region(kmax_region.REGION.resolve({}), RunOptions(horizon=kmax_region.HORIZON))
+    rows = kmax_region.run_region(kmax_region.REGION.resolve({}),
+                                  RunOptions(horizon=kmax_region.HORIZON))
     stable = {}
     for _, r in rows:
         s = r.summary

@@ -28,7 +28,7 @@ def test_linear_and_interpolated_models():
         q.Interpolated([1, 1], [0.1, 0.2])
 
 
-def noisy_staircase(n=600, sigma=0.002, seed=5, model=q.Staircase()):
+def noisy_staircase(n=600, sigma=0.002, seed=5, model=q.Staircase()):  # noqa: B008
     rng = np.random.default_rng(seed)
     tokens = rng.integers(1, 1025, n)
     seconds = np.array([model.tokens_time(int(b)) for b in tokens]) + rng.normal(0, sigma, n)

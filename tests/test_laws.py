@@ -11,8 +11,17 @@ import pytest
 
 import llmqueue as q
 from llmqueue.models.arrivals import Gamma, Poisson, Renewal, TraceTimes
-from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
-                            UniformInt, decode_mean, decode_sizes)
+from llmqueue.models.sizes import (
+    Empirical,
+    Fixed,
+    Geometric,
+    LogNormal,
+    Mixture,
+    PoissonSize,
+    UniformInt,
+    decode_mean,
+    decode_sizes,
+)
 
 Z = 5.0
 N = 200_000
@@ -149,7 +158,7 @@ def test_trace_times_rescale_to_a_target_rate_keeping_the_shape():
 
 
 def test_same_seed_same_requests_and_independent_streams():
-    def make(seed, decode=q.UniformInt(1, 100), count=500):
+    def make(seed, decode=q.UniformInt(1, 100), count=500):  # noqa: B008
         return list(q.compose(q.Poisson(3.0), q.LogNormal(300, 1.0), decode, count=count,
                               seed=seed))
     a, b, c = make(7), make(7), make(8)

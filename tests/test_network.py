@@ -3,19 +3,18 @@
 import numpy as np
 import pytest
 import simpy
+from invariants import check_run
 
-from llmqueue.network.classes import RequestClass, by_class, class_stream
 from llmqueue.engine.processes import Engine
-from llmqueue.models.latency import Constant
-from llmqueue.network.network import Network, merge_series
-from llmqueue.policies.builtin import ClassPriority, Sarathi
-from llmqueue.network.routers import make_router
-from llmqueue.experiments import parallel
 from llmqueue.engine.simulate import simulate
+from llmqueue.experiments import parallel
+from llmqueue.models.latency import Constant
 from llmqueue.models.sizes import Fixed, Geometric, PoissonSize
 from llmqueue.models.workload import poisson
-
-from invariants import check_run
+from llmqueue.network.classes import RequestClass, by_class, class_stream
+from llmqueue.network.network import Network, merge_series
+from llmqueue.network.routers import make_router
+from llmqueue.policies.builtin import ClassPriority, Sarathi
 
 
 def test_call_fires_with_the_resident_when_its_last_token_is_done():

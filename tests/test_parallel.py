@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from llmqueue.models.latency import Staircase
 from llmqueue.experiments import parallel
+from llmqueue.models.latency import Staircase
 
 CAPACITY = 512 / Staircase().tokens_time(512)   # tokens/s of one engine at bmax = 512
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from llmqueue.models.latency import Staircase
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import point_c
+from llmqueue.models.latency import Staircase
 
 
 def run_rows(horizon, **logs):

@@ -1,13 +1,12 @@
 """Property-based tests: random configurations, every rule checked (issue 9)."""
 
-import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from invariants import check_run
 
 import llmqueue as q
-from llmqueue.policies.builtin import ClassPriority, make_policy
 from llmqueue.engine.reference import run_reference
-
-from invariants import check_run
+from llmqueue.policies.builtin import ClassPriority, make_policy
 
 NAMES = ["sarathi", "orca", "vllm", "fastertransformer", "step-fill"]
 

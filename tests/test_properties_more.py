@@ -6,19 +6,18 @@ import os
 import subprocess
 import sys
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from invariants import check_run
 
 import llmqueue as q
-from llmqueue.models import arrivals
-from llmqueue.models import sizes
-from llmqueue.models.latency import Interpolated, Linear, StepModel
-from llmqueue.network.network import Network
-from llmqueue.policies.builtin import make_policy
 from llmqueue.engine.reference import run_reference
-from llmqueue.network.routers import ROUTERS
+from llmqueue.models import arrivals, sizes
+from llmqueue.models.latency import Interpolated, Linear, StepModel
 from llmqueue.models.workload import compose
-
-from invariants import check_run
+from llmqueue.network.network import Network
+from llmqueue.network.routers import ROUTERS
+from llmqueue.policies.builtin import make_policy
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -5,8 +5,8 @@ import pytest
 import llmqueue as q
 from llmqueue.models.latency import Constant, Staircase
 from llmqueue.policies.builtin import StepFill
-from llmqueue.theory.region import stability_region, vertex_c
 from llmqueue.theory.capacity import peak_token_rate
+from llmqueue.theory.region import stability_region, vertex_c
 
 L = Staircase()
 T = L.tokens_time

@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 import pytest
+from invariants import check_run
 
 import llmqueue as q
 from llmqueue.cli.main import main
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments import sarathi_demo as demo
 from llmqueue.engine.results import Result
-from invariants import check_run
+from llmqueue.experiments import sarathi_demo as demo
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 

@@ -42,9 +42,10 @@ def test_skip_ahead_is_exact_on_random_workloads():
 def test_skip_ahead_actually_skips():
     # FasterTransformer-whole at point C decodes in long identical stretches
     import simpy
+
     from llmqueue.engine.processes import Engine
-    from llmqueue.engine.simulate import feed
     from llmqueue.engine.recorder import Recorder
+    from llmqueue.engine.simulate import feed
 
     env = simpy.Environment()
     engine = Engine(env, q.make_policy("fastertransformer"), bmax=128,

@@ -3,8 +3,8 @@
 import pytest
 
 import llmqueue as q
-from llmqueue.experiments import point_c
 from llmqueue.engine.options import RunOptions
+from llmqueue.experiments import point_c
 from llmqueue.theory.stability import measured_verdict, predicted_verdict
 
 

@@ -4,8 +4,8 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from llmqueue.experiments import get  # noqa: E402
 from llmqueue.sweeps.executors import open_executor  # noqa: E402
-from llmqueue.experiments import get
 from llmqueue.sweeps.runner import sweep  # noqa: E402
 
 GRID = {"arrival": ["poisson"], "rate": [1.0, 2.0]}

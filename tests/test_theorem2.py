@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from llmqueue.engine.options import RunOptions
-from llmqueue.theory import capacity as theory
 from llmqueue.cli.main import main
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import theorem2
+from llmqueue.theory import capacity as theory
 
 CAPACITY = 512 / 0.15316  # tokens/s, SPEC 6.2
 
@@ -19,7 +19,8 @@ CAPACITY = 512 / 0.15316  # tokens/s, SPEC 6.2
 def measure(loads, seeds, horizon):
     params = {**theorem2.EXPERIMENT.resolve({}), "loads": ",".join(map(str, loads)),
               "seeds": seeds}
-    return {r.summary["load"]: r.summary for _, r in theorem2.run(params, RunOptions(horizon=horizon, seed=0))}
+    rows = theorem2.run(params, RunOptions(horizon=horizon, seed=0))
+    return {r.summary["load"]: r.summary for _, r in rows}
 
 
 def check(rows):

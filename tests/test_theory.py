@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import llmqueue as q
-from llmqueue.theory import capacity as theory
 from llmqueue.cli.main import main
+from llmqueue.theory import capacity as theory
 
 
 class Quadratic:

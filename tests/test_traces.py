@@ -116,6 +116,7 @@ def test_a_late_starting_clock_keeps_the_true_rate(tmp_path):
 def test_speedup_multiplies_the_rate_of_the_replayed_part(traces_dir):
     # found in review: with a limit, the target rate came from the whole trace
     import os
+
     from llmqueue.models.traces import read_trace
     trace = read_trace(os.path.join(traces_dir, "AzureLLMInferenceTrace_conv.csv"))
     for limit in (100, 2000):

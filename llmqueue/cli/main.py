@@ -8,16 +8,16 @@ import os
 import re
 import sys
 import textwrap
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import sweep as sweep_cli
-from llmqueue.common import validation
-from llmqueue.policies.builtin import make_policy, policy_names
 from llmqueue.cli.report import COLUMNS, table
+from llmqueue.common import validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
+from llmqueue.policies.builtin import make_policy, policy_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,7 +97,7 @@ def _first_sentence(doc: str) -> str:
     return text if end < 0 else text[:end + 1]
 
 
-def _drift_notes(rows: Rows, params: Dict[str, object]) -> List[str]:
+def _drift_notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
     """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
     out = []
     for label, result in rows:
@@ -184,10 +184,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
-    from llmqueue.theory import capacity as theory
-    from llmqueue.models.latency import tokens_time
     from llmqueue.experiments.base import engine_kwargs
     from llmqueue.experiments.single import arrival_rate
+    from llmqueue.models.latency import tokens_time
+    from llmqueue.theory import capacity as theory
     from llmqueue.theory.stability import predict
     p = experiments.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
     if p["bmax"] is None:

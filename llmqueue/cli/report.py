@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 #: (summary key, column title, format) of the default table.
 COLUMNS: List[Tuple[str, str, str]] = [
@@ -23,7 +23,7 @@ def cell(value: object, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def table(rows: Sequence[Dict[str, object]],
+def table(rows: Sequence[Dict[str, Any]],
           columns: Sequence[Tuple[str, str, str]] = COLUMNS) -> str:
     """Rows (with a ``label``) as an aligned text table."""
     header = ["row"] + [title for _, title, _ in columns]

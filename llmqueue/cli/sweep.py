@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-from llmqueue.sweeps import grid as grids
 from llmqueue import experiments
-from llmqueue.sweeps.executors import open_executor
 from llmqueue.cli.report import table
+from llmqueue.sweeps import grid as grids
+from llmqueue.sweeps.executors import open_executor
 from llmqueue.sweeps.runner import Row, figure_columns, read_rows, summarize, sweep, varying
 
 #: (figure, column title) of the sweep's table: mean +- 95% half-width.
@@ -37,7 +37,8 @@ def add_parsers(sub: "argparse._SubParsersAction") -> None:
     where.add_argument("--dask", metavar="ADDRESS",
                        help="a Dask scheduler address, or 'local' to start a local cluster")
     p.add_argument("--dask-workers", type=int, help="workers of --dask local")
-    p.add_argument("--out", metavar="FILE.csv", help="write every run's rows to this CSV as it finishes (a new file; "
+    p.add_argument("--out", metavar="FILE.csv",
+                   help="write every run's rows to this CSV as it finishes (a new file; "
                         "with --resume, add to it)")
     p.add_argument("--resume", action="store_true", help="skip the runs already in --out")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -100,10 +101,12 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
     keys = _names(args.x) or []
     path = args.out or default_path(args.csv, args.y)
+    known = experiments.REGISTRY.get(str(rows[0].get("scenario")))
+    params = known.params if known is not None else None  # for axis labels
     if len(keys) == 1:
-        fig = plot_lines(rows, keys[0], args.y, hue=args.hue)
+        fig = plot_lines(rows, keys[0], args.y, hue=args.hue, params=params)
     elif len(keys) == 2 and args.hue is None:
-        fig = plot_heat(rows, keys[0], keys[1], args.y)
+        fig = plot_heat(rows, keys[0], keys[1], args.y, params=params)
     else:
         raise ValueError(f"--x takes one grid key (lines, optional --hue) or two (a heat "
                          f"map, no --hue); got {args.x!r}")
@@ -117,7 +120,7 @@ def _table(rows: Sequence[Row], points: Sequence[Row]) -> str:
     shown = [f for f, _ in TABLE if f in figure_columns(list(rows[0]))]
     lines = []
     for p in points:
-        line: Dict[str, object] = {"label": " ".join(f"{k}={p[k]}" for k in keys),
+        line: Dict[str, Any] = {"label": " ".join(f"{k}={p[k]}" for k in keys),
                                    "n": str(p["n"])}
         for fig in shown:
             half = p["backlog_slope_mean_se"] if fig == "backlog_slope" else p[f"{fig}_ci95"]

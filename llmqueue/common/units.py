@@ -9,7 +9,6 @@ reported time is within half a nanosecond per batch of exact arithmetic.
 
 from __future__ import annotations
 
-
 TICKS_PER_SECOND: int = 1_000_000_000
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional, TextIO
 
-
 #: Largest token count a request, a law or a trace may give (about 10^12).
 MAX_TOKENS = 2**40
 def token_count(name: str, value: Any, minimum: int = 0) -> int:

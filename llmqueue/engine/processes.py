@@ -23,18 +23,18 @@ that instant are all settled first.
 from __future__ import annotations
 
 from collections import deque
-from typing import Deque, Dict, Generator, Hashable, Iterable, Optional, Tuple
+from typing import Deque, Dict, Generator, Hashable, Optional, Tuple
 
 import simpy
 
-from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
-from llmqueue.engine.clock import later_this_instant, wait_until
-from llmqueue.models.latency import LatencyModel, Staircase
-from llmqueue.engine.recorder import Recorder
-from llmqueue.policies.builtin import BUILTIN, Policy
-from llmqueue.engine.residents import Residents
-from llmqueue.policies.view import Request, check_plan
 from llmqueue.common import validation
+from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
+from llmqueue.engine.clock import later_this_instant
+from llmqueue.engine.recorder import Recorder
+from llmqueue.engine.residents import Residents
+from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.policies.builtin import BUILTIN, Policy
+from llmqueue.policies.view import Request, check_plan
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
 #: decisions come after both (every iteration end, release and admission of the

@@ -14,32 +14,30 @@ iteration at a time would give.
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from llmqueue.common.units import ceil_div, to_seconds
-from llmqueue.theory.drift import edge_slope
 from llmqueue.engine.results import Batch, Summary
 from llmqueue.policies.view import Plan, Request
+from llmqueue.theory.drift import edge_slope
 
 
+@dataclass(slots=True)
 class _Run:
     """``k`` iterations of one plan, each ``t`` long, from ``start``; ``done``
     of them committed so far."""
 
-    __slots__ = ("start", "t", "k", "decode", "prefill", "requests", "demand", "done")
-
-    def __init__(self, start: int, t: int, k: int, decode: int, prefill: int,
-                 requests: int, demand: int) -> None:
-        self.start = start
-        self.t = t
-        self.k = k
-        self.decode = decode
-        self.prefill = prefill
-        self.requests = requests
-        self.demand = demand
-        self.done = 0
+    start: int
+    t: int
+    k: int
+    decode: int
+    prefill: int
+    requests: int
+    demand: int
+    done: int = 0
 
 
 class Recorder:

@@ -11,8 +11,8 @@ from collections import deque
 from typing import Deque, Iterable, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED, to_ticks
-from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.engine.results import Batch
+from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import Policy
 from llmqueue.policies.view import Request, SimpleView
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import bisect
 import itertools
 from heapq import heapify, heappop, heappush
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Tuple
 
 from llmqueue.common.units import UNLIMITED
 from llmqueue.policies.view import Plan, Request
-
 
 
 def _seq(r: Request) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class RequestTimes(NamedTuple):
 
 
 @dataclass(frozen=True, eq=False)
-class Summary(Mapping[str, object]):
+class Summary(Mapping[str, Any]):
     """The figures of one run (SPEC section 5), times in seconds.
 
     It reads like the ``--json`` row it becomes (``summary["pending_mean"]``,
@@ -134,13 +134,13 @@ class Summary(Mapping[str, object]):
     """Standard error of :attr:`backlog_slope`, tokens/s."""
     duration: Optional[float] = None
     """Length of the observed span (after any warm-up), s."""
-    figures: Mapping[str, object] = field(default_factory=dict)
+    figures: Mapping[str, Any] = field(default_factory=dict)
     """Further figures by name, in the order they were added."""
     present: Tuple[str, ...] = field(default=(), repr=False, compare=False)
     """The typed fields this summary holds (all, for one run's summary)."""
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, object]) -> "Summary":
+    def from_mapping(cls, values: Mapping[str, Any]) -> "Summary":
         """A summary holding exactly ``values``: names of typed fields fill
         those fields, the others go to :attr:`figures`."""
         typed = {k: v for k, v in values.items() if k in _TYPED}
@@ -164,7 +164,7 @@ class Summary(Mapping[str, object]):
         return dataclasses.replace(self, **typed, figures={**self.figures, **rest},
                                    present=present)  # type: ignore[arg-type]
 
-    def as_dict(self) -> Dict[str, object]:
+    def as_dict(self) -> Dict[str, Any]:
         """The figures as one plain dict: typed fields first, in their order."""
         out = {name: getattr(self, name) for name in _TYPED if name in self.present}
         out.update(self.figures)
@@ -199,7 +199,7 @@ class Result:
     """What one run produced: its summary and whatever logs were asked for."""
 
     summary: Summary
-    params: Dict[str, object] = field(default_factory=dict)
+    params: Dict[str, Any] = field(default_factory=dict)
     batch_log: Optional[List[Batch]] = None
     """Every iteration, times in ns (kept when run with ``batches=True``)."""
     request_log: Optional[List[Request]] = None
@@ -219,11 +219,11 @@ class Result:
         """Set figures of the summary (see :meth:`Summary.with_figures`)."""
         self.summary = self.summary.with_figures(**values)
 
-    def row(self, label: str) -> Dict[str, object]:
+    def row(self, label: str) -> Dict[str, Any]:
         """The summary as one row of the ``--json`` contract."""
         return {"label": label, **self.summary.as_dict()}
 
-    def batches(self) -> List[Dict[str, object]]:
+    def batches(self) -> List[Dict[str, Any]]:
         """The batch log: one dict per iteration, times in seconds."""
         log = _need(self.batch_log, "batches")
         return [{"start": to_seconds(b.start), "duration": to_seconds(b.duration),

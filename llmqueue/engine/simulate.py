@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import csv
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Generator, Iterable, Optional, Tuple
 
 import numpy as np
 import simpy
 
+from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
-from llmqueue.theory.drift import window_times
 from llmqueue.engine.clock import wait_until
 from llmqueue.engine.processes import Diverged, Engine
-from llmqueue.models.latency import LatencyModel
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
-from llmqueue.policies.builtin import make_policy
-from llmqueue.theory.stability import assess
-from llmqueue.policies.view import Request
+from llmqueue.models.latency import LatencyModel
 from llmqueue.models.workload import Workload
-from llmqueue.common import validation
+from llmqueue.policies.builtin import make_policy
+from llmqueue.policies.view import Request
+from llmqueue.theory.drift import window_times
+from llmqueue.theory.stability import assess
 
 
 def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[int] = 128,

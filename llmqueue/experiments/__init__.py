@@ -4,7 +4,9 @@ layer below the CLI and the plots; ``import llmqueue`` does not load it."""
 
 from llmqueue.common.params import Param
 from llmqueue.experiments.base import REGISTRY, Check, Experiment, RunOptions, register
+
 # Importing an experiment registers it; this order is the order of `llmqueue list`.
+# isort: off
 from llmqueue.experiments import point_c  # noqa: F401
 from llmqueue.experiments import single  # noqa: F401
 from llmqueue.experiments import trace  # noqa: F401
@@ -18,6 +20,7 @@ from llmqueue.experiments import agents  # noqa: F401
 from llmqueue.experiments import disaggregated  # noqa: F401
 from llmqueue.experiments import parallel  # noqa: F401
 from llmqueue.experiments import rybko_stolyar  # noqa: F401
+# isort: on
 
 
 

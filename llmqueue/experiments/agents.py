@@ -10,14 +10,21 @@ engine, which gets three calls per job, is the bottleneck.
 
 from __future__ import annotations
 
-from typing import Dict, Generator, List, Optional, Tuple
+from typing import Any, Dict, Generator, List, Tuple
 
 import simpy
 
+from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
+from llmqueue.experiments.base import (
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    engine_params,
+    register,
+)
 from llmqueue.network.network import Network, NetworkResult, capacity
 from llmqueue.network.workflows import JobContext, JobRecord, job_summary, start_jobs
-from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
 
 PLANNER = (300, 50)       # prefill, decode tokens of the planning call
 WORKER = (500, 200)       # of each worker call
@@ -49,7 +56,7 @@ def expected_tokens_per_job(review_p: float = REVIEW_P) -> Dict[str, float]:
             "aggregator": sum(AGGREGATOR)}
 
 
-def simulate_agents(params: Dict[str, object], horizon: float, seed: int,
+def simulate_agents(params: Dict[str, Any], horizon: float, seed: int,
                     batches: bool = False) -> Tuple[NetworkResult, List[JobRecord]]:
     """Run the jobs; the total row carries the job figures and each engine's
     row its expected load ``load_expected`` beside the measured ``load``.
@@ -70,7 +77,7 @@ def simulate_agents(params: Dict[str, object], horizon: float, seed: int,
     return result, jobs
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """A row per engine (load against capacity) and a total row (job latency)."""
     if not params["rate"] > 0:
         raise ValueError(f"rate must be a number > 0, got {params['rate']!r}")

@@ -12,11 +12,18 @@ replays only the first requests.  A full replay takes seconds.
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import Any, Dict
 
-from llmqueue.models.traces import read_trace
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, each_scheduler, register
+from llmqueue.experiments.base import (
+    ENGINE_PARAMS,
+    Experiment,
+    Param,
+    Rows,
+    each_scheduler,
+    register,
+)
+from llmqueue.models.traces import read_trace
 
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
 SPEEDUP = 0.25
@@ -37,7 +44,7 @@ def trace_path(path: str) -> str:
                      f"is absent; give it with --set path=FILE")
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row per scheduler (all four, or the one given), same requests."""
     trace = read_trace(trace_path(str(params["path"])))
     workload = trace.workload(limit=params["limit"], speedup=params["speedup"])

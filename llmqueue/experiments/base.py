@@ -5,7 +5,18 @@ runs.  The CLI, the sweeps and the scripts in ``scenarios/`` share these."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from llmqueue.common.params import Param
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions
@@ -51,13 +62,13 @@ def engine_params(**defaults: object) -> Dict[str, Param]:
             for name, p in ENGINE_PARAMS.items()}
 
 
-def engine_kwargs(p: Mapping[str, object]) -> Dict[str, object]:
+def engine_kwargs(p: Mapping[str, Any]) -> Dict[str, Any]:
     """Keyword arguments of :func:`llmqueue.simulate` from engine parameters."""
     return {"policy": p["scheduler"], "bmax": p["bmax"], "kmax": p["kmax"],
             "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"])}
 
 
-def each_scheduler(params: Mapping[str, object], schedulers: Sequence[str],
+def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],
                    workload: Workload, options: RunOptions,
                    horizon: Optional[float] = None) -> Rows:
     """A ``(scheduler, result)`` row for each of ``schedulers`` (or only
@@ -80,7 +91,7 @@ class Experiment:
     """One line: what it runs."""
     params: Dict[str, Param]
     """Its ``--set`` parameters."""
-    run: Callable[[Dict[str, object], RunOptions], Rows]
+    run: Callable[[Dict[str, Any], RunOptions], Rows]
     """``run(params, options)``: the rows (call :meth:`execute`, which checks options)."""
     horizon: Optional[float] = None
     """Simulated seconds when none is given (``None``: it runs until its requests finish)."""
@@ -92,12 +103,12 @@ class Experiment:
     """Expectations it checks on its rows (printed PASS/FAIL)."""
     columns: Optional[Sequence[Column]] = None
     """The table it prints, when not the standard one."""
-    notes: Optional[Callable[[Rows, Dict[str, object]], List[str]]] = None
+    notes: Optional[Callable[[Rows, Dict[str, Any]], List[str]]] = None
     """Lines printed under the table, when not the standard drift notes."""
     network: bool = field(default=False)
     """Whether it runs several engines (per-engine and total rows)."""
 
-    def resolve(self, overrides: Mapping[str, str]) -> Dict[str, object]:
+    def resolve(self, overrides: Mapping[str, str]) -> Dict[str, Any]:
         """Defaults with ``--set`` overrides parsed and checked."""
         values = {name: p.default for name, p in self.params.items()}
         for name, text in overrides.items():
@@ -119,8 +130,10 @@ class Experiment:
             raise ValueError(f"{self.name} does not support {', '.join(refused)}{why}; "
                              f"it supports: {allowed}")
 
-    def execute(self, params: Dict[str, object], options: RunOptions = RunOptions()) -> Rows:
+    def execute(self, params: Dict[str, Any],
+                options: Optional[RunOptions] = None) -> Rows:
         """Check ``options`` against what this experiment honours, then run it."""
+        options = RunOptions() if options is None else options
         self.check_options(options)
         return self.run(params, options)
 

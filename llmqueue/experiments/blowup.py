@@ -11,17 +11,24 @@ FasterTransformer leave budget unused and their queues grow without bound.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List
 
-from llmqueue.theory import capacity as theory
 from llmqueue.common import validation
+from llmqueue.engine.options import RunOptions
+from llmqueue.experiments.base import (
+    Experiment,
+    Param,
+    Rows,
+    each_scheduler,
+    engine_kwargs,
+    engine_params,
+    register,
+)
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.latency import tokens_time
 from llmqueue.models.sizes import Geometric
 from llmqueue.models.workload import Workload, compose
-from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import (Param, Rows, Experiment, each_scheduler, engine_kwargs, engine_params,
-                   register)
+from llmqueue.theory import capacity as theory
 
 MEAN_PREFILL = 129       # tokens per prompt, on average
 MEAN_DECODE = 112        # tokens per output, on average
@@ -49,7 +56,7 @@ def geometric_workload(rate: float, mean_prefill: float, mean_decode: float,
     return compose(Poisson(rate), Geometric(mean_prefill), Geometric(mean_decode), seed=seed)
 
 
-def rate_of(params: Dict[str, object]) -> float:
+def rate_of(params: Dict[str, Any]) -> float:
     """Arrivals per second: ``load`` times lambda* of the engine and mean sizes."""
     if params["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (capacity needs a budget); "
@@ -60,13 +67,13 @@ def rate_of(params: Dict[str, object]) -> float:
     return params["load"] * star
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """The four schedulers on one arrival stream (or one, if a scheduler is given)."""
     workload = geometric_workload(rate_of(params), params["vp"], params["vd"], options.seed or 0)
     return each_scheduler(params, SCHEDULERS, workload, options, HORIZON)
 
 
-def explain(rows: Rows, params: Dict[str, object]) -> List[str]:
+def explain(rows: Rows, params: Dict[str, Any]) -> List[str]:
     """A few lines on what happened and why, from the runs' own figures."""
     latency = engine_kwargs(params)["latency"]
     bmax, rate = params["bmax"], rate_of(params)

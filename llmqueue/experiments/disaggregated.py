@@ -13,19 +13,26 @@ whole fleet, is the first to saturate, which bounds the load the split holds.
 
 from __future__ import annotations
 
-from typing import Dict, Generator, List, Optional, Tuple
+from typing import Any, Dict, Generator, List, Tuple
 
 import simpy
 
-from llmqueue.theory import capacity as theory
-from llmqueue.engine.recorder import named_percentiles
 from llmqueue.common.units import to_seconds
-from llmqueue.network.network import Network
-from llmqueue.engine.results import Result
-from llmqueue.models.sizes import Geometric
-from llmqueue.network.workflows import JobContext, JobRecord, start_jobs
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
+from llmqueue.engine.recorder import named_percentiles
+from llmqueue.engine.results import Result
+from llmqueue.experiments.base import (
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    engine_params,
+    register,
+)
+from llmqueue.models.sizes import Geometric
+from llmqueue.network.network import Network
+from llmqueue.network.workflows import JobContext, JobRecord, start_jobs
+from llmqueue.theory import capacity as theory
 
 GPUS = 4
 PREFILL_GPUS = 3
@@ -37,12 +44,12 @@ BMAX = 512
 HORIZON = 600.0
 
 
-def sizes(ctx: JobContext, params: Dict[str, object]) -> Tuple[int, int]:
+def sizes(ctx: JobContext, params: Dict[str, Any]) -> Tuple[int, int]:
     """A request's (prefill, decode) tokens: geometric with the given means."""
     return Geometric(params["vp"]).draw(ctx.rng), Geometric(params["vd"]).draw(ctx.rng)
 
 
-def colocated(params: Dict[str, object]):
+def colocated(params: Dict[str, Any]):
     """The whole request on one engine of the colocated pool."""
     def job(ctx: JobContext) -> Generator[simpy.Event, object, None]:
         vp, vd = sizes(ctx, params)
@@ -50,7 +57,7 @@ def colocated(params: Dict[str, object]):
     return job
 
 
-def disaggregated(params: Dict[str, object]):
+def disaggregated(params: Dict[str, Any]):
     """Prefill and first token on the prefill pool, transfer, the rest on the decode pool."""
     def job(ctx: JobContext) -> Generator[simpy.Event, object, None]:
         vp, vd = sizes(ctx, params)
@@ -61,7 +68,7 @@ def disaggregated(params: Dict[str, object]):
     return job
 
 
-def request_figures(jobs: List[JobRecord]) -> Dict[str, object]:
+def request_figures(jobs: List[JobRecord]) -> Dict[str, Any]:
     """TTFT and TPOT of whole requests from their calls (seconds): TTFT from
     arrival to the first output token, TPOT over the remaining tokens
     (transfer included)."""
@@ -77,13 +84,13 @@ def request_figures(jobs: List[JobRecord]) -> Dict[str, object]:
             vd = first.vd - 1 + (last.vd if len(job.calls) > 1 else 1)
             if vd > 1:
                 tpot.append(to_seconds(job.end - first.first_token) / (vd - 1))
-    out: Dict[str, object] = {"requests": len(jobs), "requests_completed": len(e2e)}
+    out: Dict[str, Any] = {"requests": len(jobs), "requests_completed": len(e2e)}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out.update(named_percentiles(name, values))
     return out
 
 
-def load_limit(params: Dict[str, object], mode: str) -> float:
+def load_limit(params: Dict[str, Any], mode: str) -> float:
     """The highest load (fraction of the colocated lambda*) the mode holds when
     each pool's token rate must stay below its capacity (SPEC 6.2 per pool):
     colocated 1; disaggregated, the tighter of the prefill pool (``vp + 1``
@@ -96,7 +103,7 @@ def load_limit(params: Dict[str, object], mode: str) -> float:
                (gpus - prefill_gpus) / gpus * tokens / (params["vd"] - 1))
 
 
-def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: int,
+def simulate_mode(params: Dict[str, Any], mode: str, horizon: float, seed: int,
                   batches: bool = False
                   ) -> List[Tuple[str, Result]]:
     """One mode's rows: each pool, then ``total`` with whole-request figures."""
@@ -130,7 +137,7 @@ def simulate_mode(params: Dict[str, object], mode: str, horizon: float, seed: in
     return rows
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """Colocated then disaggregated rows at the same load on the same GPUs."""
     if params["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (lambda* needs a budget), got None")

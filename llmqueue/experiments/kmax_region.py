@@ -11,16 +11,22 @@ over the region's polygons.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
-import numpy as np
-
+from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
-from llmqueue.models.workload import renewal
-from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, engine_params, register
 from llmqueue.experiments import point_c
+from llmqueue.experiments.base import (
+    ENGINE_PARAMS,
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    engine_params,
+    register,
+)
+from llmqueue.models.workload import renewal
 
 KMAX = 100
 HORIZON = 3000.0
@@ -39,7 +45,7 @@ def sizes(lambda_p: float, lambda_d: float, gap: float) -> Tuple[int, int]:
     return round(lambda_p * gap), max(1, round(lambda_d * gap))
 
 
-def run_point(params: Dict[str, object], options: RunOptions) -> Rows:
+def run_point(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One run at the rates ``(lambda_p, lambda_d)``."""
     vp, vd = sizes(params["lambda_p"], params["lambda_d"], params["gap"])
     result = simulate(renewal(params["gap"], vp, vd), horizon=options.horizon or HORIZON,
@@ -59,7 +65,7 @@ POINT = register(Experiment(
 ))
 
 
-def run_region(params: Dict[str, object], options: RunOptions) -> Rows:
+def run_region(params: Dict[str, Any], options: RunOptions) -> Rows:
     """Every grid point for every panel, on the sweep machinery; draws the figure."""
     from llmqueue.sweeps.runner import sweep
     rows: Rows = []

@@ -12,17 +12,24 @@ any has work; random routing leaves some idle while others queue.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict
 
-from llmqueue.theory import capacity as theory
 from llmqueue.common import validation
-from llmqueue.network.network import Network, NetworkResult
-from llmqueue.network.classes import RequestClass, class_stream
-from llmqueue.network.routers import router_names
+from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
+from llmqueue.experiments.base import (
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    engine_params,
+    register,
+)
 from llmqueue.models.sizes import Geometric
 from llmqueue.models.workload import Workload, poisson
-from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
+from llmqueue.network.classes import RequestClass, class_stream
+from llmqueue.network.network import Network, NetworkResult
+from llmqueue.network.routers import router_names
+from llmqueue.theory import capacity as theory
 
 ENGINES = 4
 LOAD = 0.95
@@ -32,7 +39,7 @@ BMAX = 512
 HORIZON = 600.0
 
 
-def arrival_rate(params: Dict[str, object]) -> float:
+def arrival_rate(params: Dict[str, Any]) -> float:
     """Requests per second: ``load`` times the K-engine ``lambda*``."""
     latency = engine_kwargs(params)["latency"]
     if params["bmax"] is None:
@@ -42,7 +49,7 @@ def arrival_rate(params: Dict[str, object]) -> float:
                                                          params["vd"], latency)
 
 
-def workload(params: Dict[str, object], seed: int) -> Workload:
+def workload(params: Dict[str, Any], seed: int) -> Workload:
     """Poisson arrivals at :func:`arrival_rate`, sizes fixed or geometric."""
     rate = arrival_rate(params)
     if params["sizes"] == "fixed":
@@ -51,7 +58,7 @@ def workload(params: Dict[str, object], seed: int) -> Workload:
                                       Geometric(params["vd"]))], seed=seed)
 
 
-def simulate_router(params: Dict[str, object], router: str, horizon: float, seed: int,
+def simulate_router(params: Dict[str, Any], router: str, horizon: float, seed: int,
                     batches: bool = False) -> NetworkResult:
     """One run of ``engines`` replicas behind ``router``."""
     kw = engine_kwargs(params)
@@ -63,7 +70,7 @@ def simulate_router(params: Dict[str, object], router: str, horizon: float, seed
     return net.run(horizon)
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One router: a row per engine and a ``total`` row.  ``router=all``: the
     ``total`` row of each router, labelled by the router."""
     if params["load"] <= 0:

@@ -9,12 +9,19 @@ settling into batches of 29 prefill + 99 decode tokens.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
-from llmqueue.engine.simulate import simulate
-from llmqueue.models.workload import renewal
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import Param, Rows, Experiment, engine_kwargs, engine_params, register
+from llmqueue.engine.simulate import simulate
+from llmqueue.experiments.base import (
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    engine_params,
+    register,
+)
+from llmqueue.models.workload import renewal
 
 GAP = 0.4675          # seconds between arrivals
 PREFILL = 290         # tokens per prompt
@@ -43,7 +50,7 @@ def label(scheduler: str, bmax: int, chunked: bool) -> str:
     return f"{scheduler}-{'whole' if not chunked else bmax}"
 
 
-def rows_of(params: Dict[str, object]) -> List[Tuple[str, int, bool]]:
+def rows_of(params: Dict[str, Any]) -> List[Tuple[str, int, bool]]:
     """The ``(scheduler, bmax, chunked)`` rows the parameters ask for: the six
     reference rows by default; with ``bmax``, the four paper schedulers at that
     budget; with ``scheduler``, that one row (at ``bmax``, else 128)."""
@@ -58,7 +65,7 @@ def rows_of(params: Dict[str, object]) -> List[Tuple[str, int, bool]]:
     return ROWS
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One run per row of :func:`rows_of`."""
     out: Rows = []
     for name, bmax, chunked in rows_of(params):
@@ -72,7 +79,8 @@ def run(params: Dict[str, object], options: RunOptions) -> Rows:
 
 EXPERIMENT = register(Experiment(
     name="point-c",
-    summary="SPEC 6.1: the six schedulers at the Theorem 2 boundary (290+990 tokens every 0.4675 s)",
+    summary="SPEC 6.1: the six schedulers at the Theorem 2 boundary "
+            "(290+990 tokens every 0.4675 s)",
     params={**engine_params(kmax=KMAX),
             "scheduler": Param("str", None, "run only this scheduler's row (default: all six)"),
             "bmax": Param("int-or-none", None, "token budget of every row (default: each "

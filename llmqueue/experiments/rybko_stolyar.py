@@ -13,17 +13,17 @@ enters there (stable).
 
 from __future__ import annotations
 
-from typing import Dict, Generator, List, Optional, Tuple
+from typing import Any, Dict, Generator, List, Tuple
 
 import simpy
 
-from llmqueue.models.latency import Constant
-from llmqueue.network.network import Network, NetworkResult
-from llmqueue.policies.builtin import ClassPriority, Sarathi
-from llmqueue.models.sizes import PoissonSize, SizeLaw, decode_sizes
-from llmqueue.network.workflows import JobContext, job_summary, start_jobs
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import Param, Rows, Experiment, register
+from llmqueue.experiments.base import Experiment, Param, Rows, register
+from llmqueue.models.latency import Constant
+from llmqueue.models.sizes import PoissonSize, SizeLaw, decode_sizes
+from llmqueue.network.network import Network, NetworkResult
+from llmqueue.network.workflows import JobContext, job_summary, start_jobs
+from llmqueue.policies.builtin import ClassPriority, Sarathi
 
 BMAX = 768
 SHORT = (PoissonSize(32), PoissonSize(32))               # prefill, decode of a short hop
@@ -82,7 +82,7 @@ def simulate_priority(priority: str, horizon: float = HORIZON, load: float = LOA
     return result, jobs
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """Per-engine and total rows for each priority asked for; the total row
     carries the job figures of :func:`~llmqueue.workflows.job_summary`."""
     priorities = ["exiting", "entering"] if params["priority"] == "both" else [params["priority"]]

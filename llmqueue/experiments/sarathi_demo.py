@@ -17,18 +17,18 @@ and checks SPEC 6.6's four expectations.
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from llmqueue.common import validation
-from llmqueue.models.arrivals import Poisson
-from llmqueue.models.latency import StepModel
-from llmqueue.policies.builtin import Sarathi, WholePrefill
+from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
+from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.models.arrivals import Poisson
+from llmqueue.models.latency import StepModel
 from llmqueue.models.sizes import Mixture, UniformInt
 from llmqueue.models.workload import Workload, compose
-from llmqueue.engine.options import ALL_OPTIONS, RunOptions
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.policies.builtin import Sarathi, WholePrefill
 
 KMAX = 16
 COUNT = 300
@@ -65,7 +65,7 @@ def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: 
     return result
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """Rows ``whole-prefill`` and ``chunked`` on the same requests."""
     requests = workload(params["rate"], params["count"], params["long_fraction"],
                         SEED if options.seed is None else options.seed)

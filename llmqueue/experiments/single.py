@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict
 
 from llmqueue.common import validation
-from llmqueue.engine.simulate import simulate
-from llmqueue.models.workload import poisson, renewal
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, register
+from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
+from llmqueue.experiments.base import (
+    ENGINE_PARAMS,
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    register,
+)
+from llmqueue.models.workload import poisson, renewal
 
 
-def arrival_rate(params: Dict[str, object]) -> float:
+def arrival_rate(params: Dict[str, Any]) -> float:
     """Requests per second: ``rate`` where given, else ``1 / gap`` (either law)."""
     if params["rate"] is not None:
         return validation.positive_number("rate", params["rate"])
     return 1.0 / validation.positive_number("gap", params["gap"])
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     p = params
     rate = arrival_rate(p)

@@ -12,15 +12,23 @@ slope over the seeds, its standard error, and the fluid slope
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from llmqueue.theory import capacity as theory
+from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.experiments import single
-from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, engine_params, register
+from llmqueue.experiments.base import (
+    ENGINE_PARAMS,
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    engine_params,
+    register,
+)
+from llmqueue.theory import capacity as theory
 
 PREFILL = 100          # tokens per prompt
 DECODE = 100           # tokens per output
@@ -49,8 +57,8 @@ def parse_loads(text: str) -> List[float]:
     return loads
 
 
-def load_row(fraction: float, runs: Sequence[Mapping[str, object]], rate: float, fluid: float
-             ) -> Dict[str, object]:
+def load_row(fraction: float, runs: Sequence[Mapping[str, Any]], rate: float, fluid: float
+             ) -> Dict[str, Any]:
     """One load's figures over its seeds (the sweep's rows of its runs): the
     mean slope and its standard error."""
     slopes = np.array([r["backlog_slope"] for r in runs], dtype=float)
@@ -67,7 +75,7 @@ def load_row(fraction: float, runs: Sequence[Mapping[str, object]], rate: float,
             "backlog_final": float(np.mean([r["backlog_final"] for r in runs]))}
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row per load, from a sweep of the ``single`` scenario over the
     arrival rate (Poisson, ``seeds`` replicates per rate, seeded from ``options.seed``).
     Logs, when asked for, are those of each load's first replicate (run again

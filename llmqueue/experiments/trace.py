@@ -3,15 +3,22 @@ every request has finished (or until ``--horizon``)."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict
 
-from llmqueue.engine.simulate import simulate
-from llmqueue.models.traces import read_csv
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import ENGINE_PARAMS, Param, Rows, Experiment, engine_kwargs, register
+from llmqueue.engine.simulate import simulate
+from llmqueue.experiments.base import (
+    ENGINE_PARAMS,
+    Experiment,
+    Param,
+    Rows,
+    engine_kwargs,
+    register,
+)
+from llmqueue.models.traces import read_csv
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     if not params["path"]:
         raise ValueError("path must name a CSV file (arrival,prefill,decode); "

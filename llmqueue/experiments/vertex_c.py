@@ -13,13 +13,13 @@ Sarathi-128.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
-from llmqueue.engine.simulate import simulate
-from llmqueue.models.workload import renewal
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import Param, Rows, Experiment, register
+from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
+from llmqueue.experiments.base import Experiment, Rows, register
+from llmqueue.models.workload import renewal
 
 HORIZON = 5000.0                 # seconds at point C
 LIGHT_HORIZON = 3000.0           # seconds at the lighter loads
@@ -28,7 +28,7 @@ LIGHT_GAPS = (0.55, 0.8)         # seconds between arrivals, below point C's loa
 RUNS: List[Tuple[str, int]] = [("sarathi", 128), ("sarathi", 1024), ("step-fill", 1024)]
 
 
-def run(params: Dict[str, object], options: RunOptions) -> Rows:
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """The three contenders at point C, then at the lighter loads."""
     rows: Rows = []
     for gap, span in [(point_c.GAP, options.horizon or HORIZON)] + [(g, LIGHT_HORIZON)

@@ -17,7 +17,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from llmqueue.common import validation
-from llmqueue.hardware.efficiency import FRACTIONS, TIMES, Efficiency, efficiency as find_eff
+from llmqueue.hardware.efficiency import FRACTIONS, TIMES, Efficiency
+from llmqueue.hardware.efficiency import efficiency as find_eff
 from llmqueue.hardware.roofline import Roofline
 from llmqueue.hardware.specs import GPU, ModelShape
 from llmqueue.models.context import BatchContext

@@ -13,7 +13,9 @@ import math
 from typing import Optional, Union
 
 from llmqueue.common import validation
-from llmqueue.hardware.specs import GPU, ModelShape, gpu as find_gpu, model as find_model
+from llmqueue.hardware.specs import GPU, ModelShape
+from llmqueue.hardware.specs import gpu as find_gpu
+from llmqueue.hardware.specs import model as find_model
 from llmqueue.models.sizes import Empirical, Fixed, Mixture, SizeLaw, UniformInt
 
 GiB = 2 ** 30

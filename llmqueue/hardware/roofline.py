@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 from llmqueue.common import validation
-from llmqueue.hardware.efficiency import Efficiency, efficiency as find_efficiency
+from llmqueue.hardware.efficiency import Efficiency
+from llmqueue.hardware.efficiency import efficiency as find_efficiency
 from llmqueue.hardware.memory import kv_capacity
-from llmqueue.hardware.specs import GPU, ModelShape, gpu as find_gpu, model as find_model
+from llmqueue.hardware.specs import GPU, ModelShape
+from llmqueue.hardware.specs import gpu as find_gpu
+from llmqueue.hardware.specs import model as find_model
 from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import Staircase
 from llmqueue.theory.fit import fit_staircase

@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import KW_ONLY, dataclass
 from importlib import resources
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
 from llmqueue.common import validation
 
@@ -257,36 +257,38 @@ def register_model(record: ModelShape, replace: bool = False) -> ModelShape:
     return _register(_models(), record, "model", replace)
 
 
-def gpu_names() -> list:
+def gpu_names() -> List[str]:
     """The known GPUs' names, in the order they were added."""
     return [g.name for g in _gpus().values()]
 
 
-def model_names() -> list:
+def model_names() -> List[str]:
     """The known models' lookup keys, in the order they were added."""
     return list(_models())
 
 
 def gpu(name: Union[str, GPU]) -> GPU:
     """The GPU of this name (case-insensitive), or ``name`` itself if it is a GPU."""
-    if isinstance(name, GPU):
-        return name
-    table = _gpus()
-    found = table.get(key(name)) if isinstance(name, str) else None
-    if found is None:
-        raise ValueError(f"gpu must be one of {', '.join(gpu_names())} (or a GPU record); "
-                         f"got {name!r}")
-    return found
+    return _lookup("gpu", GPU, _gpus(), gpu_names(), name)
 
 
 def model(name: Union[str, ModelShape]) -> ModelShape:
     """The model shape of this name (case-insensitive, parenthesis dropped), or
     ``name`` itself if it is a ModelShape."""
-    if isinstance(name, ModelShape):
+    return _lookup("model", ModelShape, _models(), model_names(), name)
+
+
+T = TypeVar("T")
+
+
+def _lookup(kind: str, record: Type[T], table: Dict[str, T], names: List[str],
+            name: object) -> T:
+    """``name`` itself if it is a ``record``, else the entry of ``table`` it
+    names, else a ``ValueError`` listing the known names."""
+    if isinstance(name, record):
         return name
-    table = _models()
     found = table.get(key(name)) if isinstance(name, str) else None
     if found is None:
-        raise ValueError(f"model must be one of {', '.join(model_names())} (or a ModelShape); "
+        raise ValueError(f"{kind} must be one of {', '.join(names)} (or a {record.__name__}); "
                          f"got {name!r}")
     return found

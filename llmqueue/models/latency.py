@@ -3,9 +3,10 @@
 A model maps a batch summary (decode tokens, prefill tokens, requests in the
 batch) to seconds: :class:`Staircase` (the default), :class:`Constant`,
 :class:`StepModel` (SPEC 4's decode/prefill step model), :class:`Linear` and
-:class:`Interpolated` (a table of measurements).  :mod:`llmqueue.fit` fits a
-staircase or a linear model to measured samples.  Any object with a ``batch_time(decode, prefill, requests)``
-method plugs into the engine; models must be pure (same batch, same time).
+:class:`Interpolated` (a table of measurements).  :mod:`llmqueue.theory.fit` fits
+a staircase or a linear model to measured samples.  Any object with a
+``batch_time(decode, prefill, requests)`` method plugs into the engine; models
+must be pure (same batch, same time).
 """
 
 from __future__ import annotations

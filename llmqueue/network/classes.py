@@ -11,16 +11,16 @@ any engine, pool or :func:`~llmqueue.simulate` run takes it as is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Hashable, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
+from llmqueue.common import validation
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.recorder import named_percentiles
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_sizes
-from llmqueue.policies.view import Request
 from llmqueue.models.workload import Arrival, Workload
-from llmqueue.common import validation
+from llmqueue.policies.view import Request
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
     total = float(rates.sum())
     share = rates / total
     laws = [(as_law("prefill", c.prefill), as_law("decode", c.decode)) for c in classes]
-    for prefill, decode in laws:
+    for _, decode in laws:
         if isinstance(decode, Fixed) and decode.value < 1:
             raise ValueError(f"decode sizes must be >= 1, got a fixed {decode.value}")
 
@@ -68,7 +68,7 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
 
 
 def by_class(requests: Iterable[Request], end: Optional[int] = None
-             ) -> Dict[Hashable, Dict[str, object]]:
+             ) -> Dict[Hashable, Dict[str, Any]]:
     """Per-class figures from a run's requests (``Result.request_log`` or a
     network's calls): counts, pending (time average over ``[0, end]`` and at
     the end), tokens served per second by finished requests, and TTFT / TPOT /
@@ -81,7 +81,7 @@ def by_class(requests: Iterable[Request], end: Optional[int] = None
     groups: Dict[Hashable, List[Request]] = {}
     for r in requests:
         groups.setdefault(r.klass, []).append(r)
-    out: Dict[Hashable, Dict[str, object]] = {}
+    out: Dict[Hashable, Dict[str, Any]] = {}
     for klass, rs in groups.items():
         done = [r for r in rs if r.finished is not None and r.finished <= end]
         ttft = [to_seconds(r.first_token - r.arrival) for r in done]
@@ -90,7 +90,7 @@ def by_class(requests: Iterable[Request], end: Optional[int] = None
         # pending(t) for the class integrates to the time its requests spent in the system
         sojourn = sum(min(r.finished if r.finished is not None else end, end) - r.arrival
                       for r in rs if r.arrival <= end)
-        row: Dict[str, object] = {
+        row: Dict[str, Any] = {
             "arrivals": len(rs), "completed": len(done),
             "pending_mean": sojourn / end if end else None,
             "pending_final": sum(1 for r in rs if r.arrival <= end

@@ -12,24 +12,35 @@ engine and one for the whole network.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Generator, Hashable, Iterable, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generator,
+    Hashable,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import numpy as np
 import simpy
 
-from llmqueue.network.classes import by_class
+from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, wait_until
 from llmqueue.engine.processes import ROUTING, Engine
-from llmqueue.models.latency import LatencyModel
 from llmqueue.engine.recorder import Recorder
-from llmqueue.policies.builtin import make_policy
-from llmqueue.network.routers import Router, make_router
 from llmqueue.engine.results import Result, Summary
-from llmqueue.policies.view import Request
+from llmqueue.models.latency import LatencyModel
 from llmqueue.models.workload import Arrival
+from llmqueue.network.classes import by_class
+from llmqueue.network.routers import Router, make_router
+from llmqueue.policies.builtin import make_policy
+from llmqueue.policies.view import Request
 from llmqueue.theory import capacity as theory
-from llmqueue.common import validation
 
 
 def capacity(engine: Engine) -> Optional[float]:
@@ -294,6 +305,6 @@ class NetworkResult:
         return [(prefix + name, r) for name, r in self.engines.items()] + \
             [(prefix + "total", self.total)]
 
-    def by_class(self) -> Dict[Hashable, Dict[str, object]]:
+    def by_class(self) -> Dict[Hashable, Dict[str, Any]]:
         """Per-class figures over every request of the network."""
         return by_class(self.total.request_log, self.end)

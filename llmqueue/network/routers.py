@@ -13,8 +13,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from llmqueue.engine.processes import Engine
 from llmqueue.common import validation
+from llmqueue.engine.processes import Engine
 
 
 class Router:

@@ -20,17 +20,17 @@ each job's start, end and calls are kept in a :class:`JobRecord`, and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import (Callable, Dict, Generator, Hashable, Iterable, Iterator, List, Optional)
+from typing import Any, Callable, Dict, Generator, Hashable, Iterable, Iterator, List, Optional
 
 import numpy as np
 import simpy
 
-from llmqueue.engine.recorder import named_percentiles
+from llmqueue.common import validation
 from llmqueue.common.units import to_seconds, to_ticks
 from llmqueue.engine.clock import wait_until
+from llmqueue.engine.recorder import named_percentiles
 from llmqueue.network.network import Network
 from llmqueue.policies.view import Request
-from llmqueue.common import validation
 
 
 @dataclass
@@ -159,12 +159,12 @@ def _job(ctx: JobContext, workflow: Workflow) -> Generator[simpy.Event, object, 
     ctx.record.end = ctx.env.now
 
 
-def job_summary(records: List[JobRecord]) -> Dict[str, object]:
+def job_summary(records: List[JobRecord]) -> Dict[str, Any]:
     """Jobs started and finished, end-to-end percentiles and mean (seconds),
     and calls per finished job."""
     done = [r for r in records if r.end is not None]
     e2e = [r.e2e for r in done]
-    out: Dict[str, object] = {"jobs": len(records), "jobs_completed": len(done)}
+    out: Dict[str, Any] = {"jobs": len(records), "jobs_completed": len(done)}
     out.update(named_percentiles("job_e2e", e2e))
     out["job_e2e_mean"] = float(np.mean(e2e)) if e2e else None
     out["calls_per_job"] = float(np.mean([len(r.calls) for r in done])) if done else None

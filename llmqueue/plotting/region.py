@@ -10,8 +10,7 @@ from matplotlib.patches import Polygon
 
 from llmqueue.engine.results import Result
 from llmqueue.models.latency import Staircase
-from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, place_legend,
-                                     suptitle)
+from llmqueue.plotting.style import DATA_ZORDER, decorate, label, panels_for, place_legend, suptitle
 from llmqueue.theory.region import stability_region, vertex_c
 
 MARKERS = {"stable": ("o", "tab:green"), "unstable": ("X", "tab:red"),

@@ -4,13 +4,13 @@ confidence bands over the seeds, or against two keys as a heat map."""
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from llmqueue import experiments
+from llmqueue.common.params import Param
 from llmqueue.plotting.style import REFERENCE_ZORDER, decorate, figure_for, label
 from llmqueue.sweeps.runner import Row, figure_columns, point_columns, summarize, varying
 
@@ -60,16 +60,16 @@ def figure_label(name: str) -> str:
     return words
 
 
-def key_label(key: str) -> str:
+def key_label(key: str, params: Optional[Mapping[str, Param]] = None) -> str:
     """An axis label for a grid key: its name and unit, or else its name and
-    the scenario parameter's help (without its note on the default)."""
+    the help of the experiment's parameter in ``params`` (without its note on
+    the default)."""
     if key in _KEYS:
         return _KEYS[key]
     if key in ("scheduler", "label"):
         return key
-    for scenario in experiments.REGISTRY.values():
-        if key in scenario.params:
-            return f"{key}: {scenario.params[key].help.split(' (default')[0]}"
+    if params is not None and key in params:
+        return f"{key}: {params[key].help.split(' (default')[0]}"
     return key
 
 
@@ -89,7 +89,8 @@ def check_columns(rows: Sequence[Row], keys: Sequence[str], y: str) -> None:
 def plot_lines(rows: Sequence[Row], x: str, y: str, hue: Optional[str] = None,
                title: Optional[str] = None,
                theory: Optional[Tuple[Sequence[float], Sequence[float], str]] = None,
-               ax: Optional[Axes] = None) -> Figure:
+               ax: Optional[Axes] = None,
+               params: Optional[Mapping[str, Param]] = None) -> Figure:
     """``y`` against ``x`` from a sweep's ``rows``: the mean over seeds with its
     95% confidence band (clipped at zero unless ``y`` is a slope, which may be
     negative), one line per value of ``hue`` and of every other grid key that
@@ -129,12 +130,13 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, hue: Optional[str] = None,
     if floor == 0.0:
         ax.set_ylim(bottom=0)
     decorate(ax, title or f"{figure_label(y).split(' (')[0]} against {x}: mean over {seeds} "
-             "seeds, 95% confidence band", key_label(x), figure_label(y))
+             "seeds, 95% confidence band", key_label(x, params), figure_label(y))
     return fig
 
 
 def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, title: Optional[str] = None,
-              ax: Optional[Axes] = None) -> Figure:
+              ax: Optional[Axes] = None,
+              params: Optional[Mapping[str, Param]] = None) -> Figure:
     """The mean of ``y`` over seeds on the grid of ``x`` (columns) and ``x2``
     (rows) of a sweep's ``rows``, each cell written out with its 95%
     confidence half-width; every other grid key must be fixed.  Draws into
@@ -168,7 +170,8 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, title: Optional[str]
     ax.set_yticks(range(len(lines)), [str(v) for v in lines])
     n = sorted({p["n"] for p in points})
     decorate(ax, title or f"{figure_label(y).split(' (')[0]}: mean over {n[-1]} seeds +- 95% "
-             "confidence half-width", key_label(x), key_label(x2), legend=False, grid=None)
+             "confidence half-width", key_label(x, params), key_label(x2, params), legend=False,
+             grid=None)
     fig.colorbar(image, ax=ax, label=figure_label(y))
     return fig
 

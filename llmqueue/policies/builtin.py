@@ -23,8 +23,8 @@ import importlib
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from llmqueue.common import validation
-from llmqueue.models.latency import LatencyModel, Staircase, tokens_time
 from llmqueue.common.units import ceil_div
+from llmqueue.models.latency import LatencyModel, Staircase, tokens_time
 from llmqueue.policies.view import Plan, Request, SimpleView, View, population
 
 PlanFunction = Callable[[View, int], Plan]

@@ -18,15 +18,14 @@ import sys
 import time
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
-from typing import (Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence,
-                    Set, Tuple)
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
-from llmqueue.sweeps import grid as grids
 from llmqueue.common import validation
-from llmqueue.policies.builtin import make_policy
 from llmqueue.common.params import Param
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
+from llmqueue.policies.builtin import make_policy
+from llmqueue.sweeps import grid as grids
 from llmqueue.theory.stats import aggregate
 
 Row = Dict[str, object]
@@ -46,7 +45,7 @@ class Runnable(Protocol):
     def check_options(self, options: RunOptions) -> None: ...
 
     def execute(self, params: Dict[str, object],
-                options: RunOptions = ...) -> List[Tuple[str, Result]]: ...
+                options: Optional[RunOptions] = None) -> List[Tuple[str, Result]]: ...
 
 
 RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")

@@ -27,8 +27,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from llmqueue.common import validation
 from llmqueue.common.units import ceil_div
-from llmqueue.models.latency import (Constant, LatencyModel, Linear, Staircase,
-                                     tokens_time)
+from llmqueue.models.latency import Constant, LatencyModel, Linear, Staircase, tokens_time
 from llmqueue.theory.capacity import lambda_star
 
 #: One request type for WAIT: (prompt tokens, decode tokens, share of arrivals).

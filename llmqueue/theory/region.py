@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.common import validation
+from llmqueue.models.latency import LatencyModel, Staircase
 
 Point = Tuple[float, float]
 

@@ -32,10 +32,10 @@ sizes are known:
 from __future__ import annotations
 
 import functools
-from typing import Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
-from llmqueue.theory import capacity as theory
 from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.theory import capacity as theory
 from llmqueue.theory.region import Region, stability_region
 
 #: Verdicts a run can get from its measured drift.
@@ -122,10 +122,10 @@ def _computed_region(bmax: int, kmax: int, latency: LatencyModel) -> Optional[Re
         return None
 
 
-def assess(summary: Mapping[str, object], *, rate: Optional[float],
+def assess(summary: Mapping[str, Any], *, rate: Optional[float],
            mean_prefill: Optional[float], mean_decode: Optional[float],
            work_conserving: bool, bmax: Optional[int], kmax: Optional[int],
-           latency: Optional[LatencyModel]) -> Dict[str, object]:
+           latency: Optional[LatencyModel]) -> Dict[str, Any]:
     """The summary keys ``verdict``, ``predicted``, ``load`` and ``fluid_slope``
     of one run (``None`` for the theory's figures where the workload's rate or
     mean sizes, or the budget, are unknown)."""
