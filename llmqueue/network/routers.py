@@ -9,12 +9,25 @@ generator, so the same seed gives the same routing.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
 from llmqueue.common import validation
-from llmqueue.engine.processes import Engine
+
+
+class Replica(Protocol):
+    """What a router reads of a replica (an :class:`~llmqueue.engine.Engine` is one)."""
+
+    @property
+    def pending(self) -> int:
+        """Requests in the replica: residents plus waiting."""
+        ...
+
+    @property
+    def backlog(self) -> int:
+        """Unprocessed tokens of those requests."""
+        ...
 
 
 class Router:
@@ -25,7 +38,7 @@ class Router:
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(validation.nonnegative_int("seed", seed))
 
-    def choose(self, engines: Sequence[Engine]) -> int:
+    def choose(self, engines: Sequence[Replica]) -> int:
         """Index of the replica that takes the request."""
         raise NotImplementedError
 
@@ -38,7 +51,7 @@ class RandomRouter(Router):
 
     name = "random"
 
-    def choose(self, engines: Sequence[Engine]) -> int:
+    def choose(self, engines: Sequence[Replica]) -> int:
         return int(self.rng.integers(len(engines)))
 
 
@@ -51,7 +64,7 @@ class RoundRobin(Router):
         super().__init__(seed)
         self.next = 0
 
-    def choose(self, engines: Sequence[Engine]) -> int:
+    def choose(self, engines: Sequence[Replica]) -> int:
         i = self.next % len(engines)
         self.next = i + 1
         return i
@@ -66,7 +79,7 @@ class JSQ(Router):
 
     name = "jsq"
 
-    def choose(self, engines: Sequence[Engine]) -> int:
+    def choose(self, engines: Sequence[Replica]) -> int:
         return _least([e.pending for e in engines])
 
 
@@ -75,7 +88,7 @@ class JSQTokens(Router):
 
     name = "jsq-tokens"
 
-    def choose(self, engines: Sequence[Engine]) -> int:
+    def choose(self, engines: Sequence[Replica]) -> int:
         return _least([e.backlog for e in engines])
 
 
@@ -85,7 +98,7 @@ class PowerOfTwo(Router):
 
     name = "power-of-two"
 
-    def choose(self, engines: Sequence[Engine]) -> int:
+    def choose(self, engines: Sequence[Replica]) -> int:
         if len(engines) == 1:
             return 0
         i, j = (int(x) for x in self.rng.choice(len(engines), size=2, replace=False))
