@@ -14,80 +14,20 @@ matplotlib nor the experiments.
 from llmqueue import sweeps, theory
 from llmqueue.engine import Diverged, Engine, Result, Stalled, simulate
 from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
-from llmqueue.models import (
-                             Arrival,
-                             ArrivalLaw,
-                             Constant,
-                             Empirical,
-                             Fixed,
-                             Gamma,
-                             Geometric,
-                             Interpolated,
-                             LatencyModel,
-                             Linear,
-                             LogNormal,
-                             Mixture,
-                             Poisson,
-                             PoissonSize,
-                             Renewal,
-                             SizeLaw,
-                             Staircase,
-                             StepModel,
-                             Trace,
-                             TraceTimes,
-                             UniformInt,
-                             Workload,
-                             compose,
-                             from_list,
-                             poisson,
-                             read_csv,
-                             read_trace,
-                             renewal,
-                             tokens_time,
-)
-from llmqueue.network import (
-                             JSQ,
-                             JobContext,
-                             JSQTokens,
-                             Network,
-                             NetworkResult,
-                             PowerOfTwo,
-                             RandomRouter,
-                             RequestClass,
-                             RoundRobin,
-                             Router,
-                             by_class,
-                             class_stream,
-                             job_summary,
-                             make_router,
-                             router_names,
-                             start_jobs,
-)
-from llmqueue.policies import (
-                             VLLM,
-                             ClassPriority,
-                             FasterTransformer,
-                             Orca,
-                             Plan,
-                             Policy,
-                             Request,
-                             Sarathi,
-                             StepFill,
-                             WholePrefill,
-                             make_policy,
-                             make_view,
-                             policy_names,
-                             register_policy,
-)
+from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma, Geometric,
+                             Interpolated, LatencyModel, Linear, LogNormal, Mixture, Poisson,
+                             PoissonSize, Renewal, SizeLaw, Staircase, StepModel, Trace, TraceTimes,
+                             UniformInt, Workload, compose, from_list, poisson, read_csv,
+                             read_trace, renewal, tokens_time)
+from llmqueue.network import (JSQ, JobContext, JSQTokens, Network, NetworkResult, PowerOfTwo,
+                              RandomRouter, RequestClass, RoundRobin, Router, by_class,
+                              class_stream, job_summary, make_router, router_names, start_jobs)
+from llmqueue.policies import (VLLM, ClassPriority, FasterTransformer, Orca, Plan, Policy, Request,
+                               Sarathi, StepFill, WholePrefill, make_policy, make_view,
+                               policy_names, register_policy)
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
-from llmqueue.theory.memory import (
-                             kv_area,
-                             kv_bytes_per_token,
-                             kv_capacity_tokens,
-                             lambda_joint,
-                             mu_mem,
-                             wait_thresholds,
-)
+from llmqueue.theory.memory import (kv_area, kv_bytes_per_token, kv_capacity_tokens, lambda_joint,
+                                    mu_mem, wait_thresholds)
 
 __all__ = [
     "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",

@@ -11,17 +11,8 @@ import pytest
 
 import llmqueue as q
 from llmqueue.models.arrivals import Gamma, Poisson, Renewal, TraceTimes
-from llmqueue.models.sizes import (
-    Empirical,
-    Fixed,
-    Geometric,
-    LogNormal,
-    Mixture,
-    PoissonSize,
-    UniformInt,
-    decode_mean,
-    decode_sizes,
-)
+from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
+                                   UniformInt, decode_mean, decode_sizes)
 
 Z = 5.0
 N = 200_000

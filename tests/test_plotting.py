@@ -16,21 +16,9 @@ from PIL import Image
 import llmqueue
 from llmqueue.engine.simulate import Result
 from llmqueue.experiments import get
-from llmqueue.plotting import (
-    animate_pending,
-    plot_against_load,
-    plot_agents,
-    plot_backlogs,
-    plot_chunk_sweep,
-    plot_heat,
-    plot_latency_cdfs,
-    plot_lines,
-    plot_pending,
-    plot_pending_zoom,
-    plot_region,
-    plot_theorem2,
-    save,
-)
+from llmqueue.plotting import (animate_pending, plot_against_load, plot_agents, plot_backlogs,
+                               plot_chunk_sweep, plot_heat, plot_latency_cdfs, plot_lines,
+                               plot_pending, plot_pending_zoom, plot_region, plot_theorem2, save)
 from llmqueue.sweeps.runner import sweep
 
 UNIT = re.compile(r"\(.+\)")

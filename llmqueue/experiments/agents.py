@@ -15,14 +15,8 @@ from typing import Any, Dict, Generator, List, Tuple
 import simpy
 
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import (
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
+                                       register)
 from llmqueue.network.network import Network, NetworkResult, capacity
 from llmqueue.network.workflows import JobContext, JobRecord, job_summary, start_jobs
 

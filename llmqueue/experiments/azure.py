@@ -15,14 +15,8 @@ import os
 from typing import Any, Dict
 
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import (
-    ENGINE_PARAMS,
-    Experiment,
-    Param,
-    Rows,
-    each_scheduler,
-    register,
-)
+from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, each_scheduler,
+                                       register)
 from llmqueue.models.traces import read_trace
 
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")

@@ -5,18 +5,8 @@ runs.  The CLI, the sweeps and the scripts in ``scenarios/`` share these."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    FrozenSet,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 from llmqueue.common.params import Param
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions

@@ -15,15 +15,8 @@ from typing import Any, Dict, List
 
 from llmqueue.common import validation
 from llmqueue.engine.options import RunOptions
-from llmqueue.experiments.base import (
-    Experiment,
-    Param,
-    Rows,
-    each_scheduler,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (Experiment, Param, Rows, each_scheduler, engine_kwargs,
+                                       engine_params, register)
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.latency import tokens_time
 from llmqueue.models.sizes import Geometric

@@ -21,14 +21,8 @@ from llmqueue.common.units import to_seconds
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
 from llmqueue.engine.recorder import named_percentiles
 from llmqueue.engine.results import Result
-from llmqueue.experiments.base import (
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
+                                       register)
 from llmqueue.models.sizes import Geometric
 from llmqueue.network.network import Network
 from llmqueue.network.workflows import JobContext, JobRecord, start_jobs

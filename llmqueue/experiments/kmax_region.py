@@ -17,15 +17,8 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
-from llmqueue.experiments.base import (
-    ENGINE_PARAMS,
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
+                                       engine_params, register)
 from llmqueue.models.workload import renewal
 
 KMAX = 100

@@ -16,14 +16,8 @@ from typing import Any, Dict
 
 from llmqueue.common import validation
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import (
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
+                                       register)
 from llmqueue.models.sizes import Geometric
 from llmqueue.models.workload import Workload, poisson
 from llmqueue.network.classes import RequestClass, class_stream

@@ -13,14 +13,8 @@ from typing import Any, Dict, List, Tuple
 
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
-from llmqueue.experiments.base import (
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
+                                       register)
 from llmqueue.models.workload import renewal
 
 GAP = 0.4675          # seconds between arrivals

@@ -8,14 +8,8 @@ from llmqueue.common import validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
-from llmqueue.experiments.base import (
-    ENGINE_PARAMS,
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    register,
-)
+from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
+                                       register)
 from llmqueue.models.workload import poisson, renewal
 
 

@@ -19,15 +19,8 @@ import numpy as np
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.experiments import single
-from llmqueue.experiments.base import (
-    ENGINE_PARAMS,
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    engine_params,
-    register,
-)
+from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
+                                       engine_params, register)
 from llmqueue.theory import capacity as theory
 
 PREFILL = 100          # tokens per prompt

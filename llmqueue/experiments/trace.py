@@ -7,14 +7,8 @@ from typing import Any, Dict
 
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
-from llmqueue.experiments.base import (
-    ENGINE_PARAMS,
-    Experiment,
-    Param,
-    Rows,
-    engine_kwargs,
-    register,
-)
+from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
+                                       register)
 from llmqueue.models.traces import read_csv
 
 

@@ -18,16 +18,8 @@ from llmqueue.hardware.efficiency import PRESETS, Efficiency
 from llmqueue.hardware.fit import RooflineFit, fit_roofline
 from llmqueue.hardware.memory import kmax_from_memory, kv_capacity
 from llmqueue.hardware.roofline import Breakdown, Roofline, StaircaseApprox, assumed_context
-from llmqueue.hardware.specs import (
-                                     GPU,
-                                     ModelShape,
-                                     gpu,
-                                     gpu_names,
-                                     model,
-                                     model_names,
-                                     register_gpu,
-                                     register_model,
-)
+from llmqueue.hardware.specs import (GPU, ModelShape, gpu, gpu_names, model, model_names,
+                                     register_gpu, register_model)
 from llmqueue.models.context import BatchContext
 
 __all__ = ["BatchContext", "Breakdown", "Efficiency", "GPU", "ModelShape", "PRESETS",

@@ -3,25 +3,10 @@ arrival processes, workloads and real traces.  Imports :mod:`llmqueue.common`
 only."""
 
 from llmqueue.models.arrivals import ArrivalLaw, Gamma, Poisson, Renewal, TraceTimes
-from llmqueue.models.latency import (
-                                     Constant,
-                                     Interpolated,
-                                     LatencyModel,
-                                     Linear,
-                                     Staircase,
-                                     StepModel,
-                                     tokens_time,
-)
-from llmqueue.models.sizes import (
-                                     Empirical,
-                                     Fixed,
-                                     Geometric,
-                                     LogNormal,
-                                     Mixture,
-                                     PoissonSize,
-                                     SizeLaw,
-                                     UniformInt,
-)
+from llmqueue.models.latency import (Constant, Interpolated, LatencyModel, Linear, Staircase,
+                                     StepModel, tokens_time)
+from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
+                                   SizeLaw, UniformInt)
 from llmqueue.models.traces import Trace, read_csv, read_trace
 from llmqueue.models.workload import Arrival, Workload, compose, from_list, poisson, renewal
 

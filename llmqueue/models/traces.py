@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import datetime
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable, List, Optional, Tuple
 
 import numpy as np
@@ -83,11 +83,10 @@ class Trace:
             rows = [(t, p, d) for t, (p, d) in zip(times, sizes)]
         else:
             rows = [(t, p, d, k) for t, (p, d), k in zip(times, sizes, self.classes)]
-        workload = from_list(rows)
-        workload.description = f"{n} requests of {self.path} ({self.format})" + (
+        description = f"{n} requests of {self.path} ({self.format})" + (
             f" at {rate:g}/s" if rate is not None else "") + (
             f", {speedup:g}x faster" if speedup != 1.0 else "")
-        return workload
+        return replace(from_list(rows), description=description)
 
 
 def read_trace(path: str, zero_decode: str = "one") -> Trace:

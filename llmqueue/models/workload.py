@@ -11,7 +11,8 @@ shorthands; :func:`llmqueue.models.traces.read_csv` replays a trace file.
 from __future__ import annotations
 
 import itertools
-from typing import Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -29,6 +30,7 @@ class Arrival(NamedTuple):
     klass: Hashable = None
 
 
+@dataclass(frozen=True, repr=False)
 class Workload:
     """A replayable stream of arrivals: each iteration starts afresh.
 
@@ -37,19 +39,18 @@ class Workload:
     verdicts of a run compare it with Theorem 2 through them.
     """
 
-    def __init__(self, make: "callable[[], Iterator[Arrival]]", count: Optional[int],
-                 description: str, rate: Optional[float] = None,
-                 mean_prefill: Optional[float] = None,
-                 mean_decode: Optional[float] = None) -> None:
-        self._make = make
-        self.count = count
-        self.description = description
-        self.rate = rate
-        self.mean_prefill = mean_prefill
-        self.mean_decode = mean_decode
+    make: Callable[[], Iterator[Arrival]]
+    """Starts the stream afresh."""
+    count: Optional[int]
+    """Arrivals in the stream (``None``: endless)."""
+    description: str
+    """One line saying what the stream is."""
+    rate: Optional[float] = None
+    mean_prefill: Optional[float] = None
+    mean_decode: Optional[float] = None
 
     def __iter__(self) -> Iterator[Arrival]:
-        it = self._make()
+        it = self.make()
         return it if self.count is None else itertools.islice(it, self.count)
 
     def __repr__(self) -> str:

@@ -4,16 +4,8 @@ below it."""
 
 from llmqueue.network.classes import RequestClass, by_class, class_stream
 from llmqueue.network.network import Network, NetworkResult
-from llmqueue.network.routers import (
-                                      JSQ,
-                                      JSQTokens,
-                                      PowerOfTwo,
-                                      RandomRouter,
-                                      RoundRobin,
-                                      Router,
-                                      make_router,
-                                      router_names,
-)
+from llmqueue.network.routers import (JSQ, JSQTokens, PowerOfTwo, RandomRouter, RoundRobin, Router,
+                                      make_router, router_names)
 from llmqueue.network.workflows import JobContext, job_summary, start_jobs
 
 __all__ = ["JSQ", "JSQTokens", "JobContext", "Network", "NetworkResult", "PowerOfTwo",

@@ -12,18 +12,8 @@ engine and one for the whole network.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Generator,
-    Hashable,
-    Iterable,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from typing import (Any, Callable, Dict, Generator, Hashable, Iterable, List, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import simpy

@@ -29,12 +29,8 @@ functions that draw).
 
 from llmqueue.plotting.chunks import plot_chunk_sweep
 from llmqueue.plotting.network import plot_against_load, plot_agents, plot_backlogs
-from llmqueue.plotting.pending import (
-                                       animate_pending,
-                                       plot_latency_cdfs,
-                                       plot_pending,
-                                       plot_pending_zoom,
-)
+from llmqueue.plotting.pending import (animate_pending, plot_latency_cdfs, plot_pending,
+                                       plot_pending_zoom)
 from llmqueue.plotting.region import plot_region
 from llmqueue.plotting.style import save
 from llmqueue.plotting.sweep import plot_heat, plot_lines

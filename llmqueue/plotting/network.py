@@ -11,15 +11,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from llmqueue.engine.results import Result
-from llmqueue.plotting.style import (
-    DATA_ZORDER,
-    decorate,
-    label,
-    panels_for,
-    reference_hline,
-    reference_vline,
-    suptitle,
-)
+from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, reference_hline,
+                                     reference_vline, suptitle)
 
 
 def plot_backlogs(panels: Sequence[Tuple[str, Dict[str, Result]]], title: str,

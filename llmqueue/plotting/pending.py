@@ -11,17 +11,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from llmqueue.engine.results import Result
-from llmqueue.plotting.style import (
-    LEGEND_SIZE,
-    decorate,
-    figure_for,
-    label,
-    panels_for,
-    place_legend,
-    reference_hline,
-    room_for_legend,
-    suptitle,
-)
+from llmqueue.plotting.style import (LEGEND_SIZE, decorate, figure_for, label, panels_for,
+                                     place_legend, reference_hline, room_for_legend, suptitle)
 
 TIME = label("time", "s")
 PENDING = label("pending requests", "resident + waiting")

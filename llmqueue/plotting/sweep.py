@@ -28,21 +28,29 @@ _WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end", "se": "standard e
           "non_work_conserving": "non-work-conserving", "tokens_per_s": "throughput",
           "throughput_tokens_per_s": "throughput"}
 #: Axis labels of the usual grid keys, with their units.
-_KEYS = {
-    "rate": label("arrival rate", "requests/s"), "gap": label("gap between arrivals", "s"),
-    "load": label("load", "fraction of lambda*"), "bmax": label("token budget bmax", "tokens"),
-    "kmax": label("slot limit kmax", "requests"), "vp": label("prompt vp", "tokens"),
-    "vd": label("output vd", "tokens"), "chunk": label("chunk", "prefill tokens per iteration"),
-    "lambda_p": label("prefill token rate lambda_p", "tokens/s"),
-    "lambda_d": label("decode token rate lambda_d", "tokens/s"),
-    "c": label("staircase constant c", "s"), "a": label("staircase step time a", "s"),
-    "b0": label("staircase step width b0", "tokens"), "count": label("requests", "count"),
-    "engines": label("engines K", "count"), "gpus": label("GPUs", "count"),
-    "prefill_gpus": label("prefill GPUs", "count"), "transfer": label("KV transfer", "s"),
-    "speedup": label("speedup", "x the trace's rate"),
-    "long_fraction": label("long prompts", "fraction"),
-    "review": label("review chance", "probability"),
-}
+_KEYS = {key: label(*words.split(" | ")) for key, words in (
+    line.split(": ", 1) for line in """\
+rate: arrival rate | requests/s
+gap: gap between arrivals | s
+load: load | fraction of lambda*
+bmax: token budget bmax | tokens
+kmax: slot limit kmax | requests
+vp: prompt vp | tokens
+vd: output vd | tokens
+chunk: chunk | prefill tokens per iteration
+lambda_p: prefill token rate lambda_p | tokens/s
+lambda_d: decode token rate lambda_d | tokens/s
+c: staircase constant c | s
+a: staircase step time a | s
+b0: staircase step width b0 | tokens
+count: requests | count
+engines: engines K | count
+gpus: GPUs | count
+prefill_gpus: prefill GPUs | count
+transfer: KV transfer | s
+speedup: speedup | x the trace's rate
+long_fraction: long prompts | fraction
+review: review chance | probability""".splitlines())}
 
 
 def figure_label(name: str) -> str:

@@ -10,14 +10,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from llmqueue.engine.results import Result
-from llmqueue.plotting.style import (
-    DATA_ZORDER,
-    decorate,
-    label,
-    panels_for,
-    reference_vline,
-    suptitle,
-)
+from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, reference_vline,
+                                     suptitle)
 
 
 def plot_theorem2(rows: Dict[str, Result], shown: Sequence[str], capacity: float,

@@ -3,23 +3,10 @@
 :class:`Plan`.  Testable without a simulation.  Imports :mod:`llmqueue.common`
 and :mod:`llmqueue.models` (a policy may read the latency model)."""
 
-from llmqueue.policies.builtin import (
-                                       BUILTIN,
-                                       VLLM,
-                                       ClassPriority,
-                                       FasterTransformer,
-                                       FunctionPolicy,
-                                       Orca,
-                                       Policy,
-                                       Sarathi,
-                                       StepFill,
-                                       WholePrefill,
-                                       make_policy,
-                                       policy_names,
-                                       register_policy,
-                                       take_decodes,
-                                       take_prefill,
-)
+from llmqueue.policies.builtin import (BUILTIN, VLLM, ClassPriority, FasterTransformer,
+                                       FunctionPolicy, Orca, Policy, Sarathi, StepFill,
+                                       WholePrefill, make_policy, policy_names, register_policy,
+                                       take_decodes, take_prefill)
 from llmqueue.policies.view import Plan, Request, SimpleView, View, make_view, population
 
 __all__ = ["BUILTIN", "ClassPriority", "FasterTransformer", "FunctionPolicy", "Orca", "Plan",

@@ -130,30 +130,33 @@ class Orca(Policy):
         return Plan(take_decodes(view.decoding, budget - _used(prefill)), prefill)
 
 
-class VLLM(Policy):
-    """Prefill only while any resident has prefill left, else decodes (vanilla vLLM)."""
+class OnePhase(Policy):
+    """Base of the non-mixed policies: each batch is all prefill or all decode.
+    ``prefill_first`` says which phase runs while residents of both exist."""
 
-    name = "vllm"
     stationary = True
     mixed = False
+    prefill_first: bool = True
 
     def plan(self, view: View, budget: int) -> Plan:
-        if view.prefilling:
+        prefill = bool(view.prefilling) if self.prefill_first else not view.decoding
+        if prefill:
             return Plan((), take_prefill(view.prefilling, budget, self.chunked))
         return Plan(take_decodes(view.decoding, budget), ())
 
 
-class FasterTransformer(Policy):
+class VLLM(OnePhase):
+    """Prefill only while any resident has prefill left, else decodes (vanilla vLLM)."""
+
+    name = "vllm"
+    prefill_first = True
+
+
+class FasterTransformer(OnePhase):
     """Decodes only while any resident is decoding, else prefill (FasterTransformer)."""
 
     name = "fastertransformer"
-    stationary = True
-    mixed = False
-
-    def plan(self, view: View, budget: int) -> Plan:
-        if view.decoding:
-            return Plan(take_decodes(view.decoding, budget), ())
-        return Plan((), take_prefill(view.prefilling, budget, self.chunked))
+    prefill_first = False
 
 
 class StepFill(Policy):
