@@ -11,7 +11,7 @@ shorthands; :func:`llmqueue.models.traces.read_csv` replays a trace file.
 from __future__ import annotations
 
 import itertools
-from typing import Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Callable, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ class Workload:
     verdicts of a run compare it with Theorem 2 through them.
     """
 
-    def __init__(self, make: "callable[[], Iterator[Arrival]]", count: Optional[int],
+    def __init__(self, make: Callable[[], Iterator[Arrival]], count: Optional[int],
                  description: str, rate: Optional[float] = None,
                  mean_prefill: Optional[float] = None,
                  mean_decode: Optional[float] = None) -> None:
