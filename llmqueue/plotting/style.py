@@ -12,12 +12,15 @@ the data, so a run that sits exactly on its limit stays visible.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import matplotlib.pyplot as plt
 from matplotlib.animation import Animation
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LegendLocType  # for type checking only (recent matplotlib)
 
 #: Size of a one-panel figure (inches).
 FIGSIZE: Tuple[float, float] = (9.0, 5.0)
@@ -70,7 +73,7 @@ def panels_for(axes: Optional[Sequence[Axes]], count: int, column: bool = False,
 
 
 def decorate(ax: Axes, title: Optional[str], xlabel: Optional[str], ylabel: Optional[str],
-             legend: bool = True, grid: Optional[str] = "major",
+             legend: bool = True, grid: Optional[Literal["major", "minor", "both"]] = "major",
              outside: Optional[bool] = None) -> Axes:
     """Title, axis labels, grid and legend (see :func:`place_legend`, which
     ``outside`` is passed to) of one panel, in the house style; ``None``
@@ -89,7 +92,7 @@ def decorate(ax: Axes, title: Optional[str], xlabel: Optional[str], ylabel: Opti
     return ax
 
 
-def place_legend(ax: Axes, outside: Optional[bool] = None, loc: str = "best",
+def place_legend(ax: Axes, outside: Optional[bool] = None, loc: LegendLocType = "best",
                  also: Sequence[Axes] = ()) -> None:
     """A legend that does not cover the data: where the data leaves room
     (``loc="best"``) when it has few entries, else outside the axes on their
