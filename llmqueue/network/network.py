@@ -275,8 +275,8 @@ def combine(engines: List[Engine], end: int) -> Result:
         summary = summary.with_figures(busy_fraction=summary.busy_fraction / len(engines))
     caps = [capacity(e) for e in engines]
     known = [c for c in caps if c is not None]
-    summary = summary.with_figures(**_load(summary, None if len(known) < len(caps)
-                                           else sum(known), total))
+    cap = None if len(known) < len(caps) else sum(known)
+    summary = summary.with_figures(**_load(summary, cap, total))
     requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
     logs = [e.recorder.batch_log for e in engines]
     kept = [log for log in logs if log is not None]
