@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import textwrap
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
@@ -23,7 +23,7 @@ from llmqueue.policies.builtin import make_policy, policy_names
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise ValueError(message)
 
 

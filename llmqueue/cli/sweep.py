@@ -156,8 +156,8 @@ def _names(text: Optional[str]) -> Optional[List[str]]:
     return names
 
 
-def _same(value: object, text: str) -> bool:
+def _same(value: Any, text: str) -> bool:
     try:
-        return float(value) == float(text)  # type: ignore[arg-type]
+        return float(value) == float(text)
     except (TypeError, ValueError):
         return False

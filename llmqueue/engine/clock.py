@@ -4,11 +4,18 @@ current instant."""
 
 from __future__ import annotations
 
-from typing import Generator, Optional
+from typing import Generator, Optional, cast
 
 import simpy
 
 from llmqueue.common.units import to_seconds, to_ticks
+
+
+def now_ticks(env: simpy.Environment) -> int:
+    """The current time in ticks.  SimPy types ``now`` as int or float; the
+    engine's clock stays whole: it starts at 0 and every delay and ``until`` it
+    passes SimPy is an int of ticks."""
+    return cast(int, env.now)
 
 
 def wait_until(env: simpy.Environment, seconds: float, until: Optional[int], what: str
@@ -22,7 +29,7 @@ def wait_until(env: simpy.Environment, seconds: float, until: Optional[int], wha
         return False
     if at < env.now:
         raise ValueError(f"{what} must not decrease: {seconds} s comes after "
-                         f"{to_seconds(env.now)} s")
+                         f"{to_seconds(now_ticks(env))} s")
     if at > env.now:
         yield env.timeout(at - env.now)
     return True
@@ -34,5 +41,6 @@ def later_this_instant(env: simpy.Environment, priority: float) -> simpy.Event:
     event = simpy.Event(env)
     event._ok = True  # a triggered event, as Environment.run builds its own
     event._value = None
-    env.schedule(event, priority)
+    # SimPy annotates the priority as an int, but any number orders its heap
+    env.schedule(event, priority)  # type: ignore[arg-type]
     return event

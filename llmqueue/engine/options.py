@@ -5,7 +5,7 @@ declare which of these they honour (:attr:`RunOptions.asked` names those set).""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Dict, FrozenSet, Optional
+from typing import Any, Dict, FrozenSet, Optional
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class RunOptions:
         """The names of the options set away from their defaults."""
         return frozenset(f.name for f in fields(self) if getattr(self, f.name) != f.default)
 
-    def logs(self) -> Dict[str, object]:
+    def logs(self) -> Dict[str, Any]:
         """The keyword arguments of :func:`llmqueue.simulate` these options set."""
         return {"batches": self.batches, "requests": self.requests,
                 "timeseries": self.timeseries, "warmup": self.warmup,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Hashable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -34,9 +34,9 @@ class Batch(NamedTuple):
     """Decode tokens in the batch (one per decoding member)."""
     requests: int
     """Requests served: decoders plus prefill chunks."""
-    decode: Tuple[int, ...]
+    decode: Tuple[Hashable, ...]
     """Ids of the requests that got a decode token."""
-    prefill: Tuple[Tuple[int, int], ...]
+    prefill: Tuple[Tuple[Hashable, int], ...]
     """``(id, tokens)`` of every prefill chunk."""
 
 
@@ -44,7 +44,7 @@ class RequestTimes(NamedTuple):
     """One request's life in seconds (``None`` for what had not happened when
     the run ended) and its sizes."""
 
-    id: int
+    id: Hashable
     """Request id: arrivals numbered from 0 in arrival order (per engine)."""
     arrival: float
     admitted: Optional[float]
@@ -145,24 +145,24 @@ class Summary(Mapping[str, Any]):
         those fields, the others go to :attr:`figures`."""
         typed = {k: v for k, v in values.items() if k in _TYPED}
         rest = {k: v for k, v in values.items() if k not in _TYPED}
-        return cls(**typed, figures=rest, present=tuple(typed))  # type: ignore[arg-type]
+        return cls(**typed, figures=rest, present=tuple(typed))
 
     @classmethod
-    def of_run(cls, **values: object) -> "Summary":
+    def of_run(cls, **values: Any) -> "Summary":
         """One run's summary: every typed field must be given."""
         missing = [name for name in _TYPED if name not in values]
         if missing:
             raise TypeError(f"a run's summary needs {', '.join(missing)}")
         return cls.from_mapping(values)
 
-    def with_figures(self, **values: object) -> "Summary":
+    def with_figures(self, **values: Any) -> "Summary":
         """This summary with ``values`` set (typed fields replaced, others added
         to :attr:`figures`)."""
         typed = {k: v for k, v in values.items() if k in _TYPED}
         rest = {k: v for k, v in values.items() if k not in _TYPED}
         present = self.present + tuple(k for k in typed if k not in self.present)
         return dataclasses.replace(self, **typed, figures={**self.figures, **rest},
-                                   present=present)  # type: ignore[arg-type]
+                                   present=present)
 
     def as_dict(self) -> Dict[str, Any]:
         """The figures as one plain dict: typed fields first, in their order."""
@@ -170,7 +170,7 @@ class Summary(Mapping[str, Any]):
         out.update(self.figures)
         return out
 
-    def __getitem__(self, key: str) -> object:
+    def __getitem__(self, key: str) -> Any:
         if key in _TYPED and key in self.present:
             return getattr(self, key)
         return self.figures[key]
@@ -215,7 +215,7 @@ class Result:
         if not isinstance(self.summary, Summary):
             self.summary = Summary.from_mapping(self.summary)
 
-    def add_figures(self, **values: object) -> None:
+    def add_figures(self, **values: Any) -> None:
         """Set figures of the summary (see :meth:`Summary.with_figures`)."""
         self.summary = self.summary.with_figures(**values)
 

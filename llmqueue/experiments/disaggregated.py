@@ -71,10 +71,12 @@ def request_figures(jobs: List[JobRecord]) -> Dict[str, Any]:
         first = job.calls[0].resident
         if first is None:
             continue
+        assert first.first_token is not None  # a finished request has its first token
         ttft.append(to_seconds(first.first_token - job.start))
         if job.end is not None:
             e2e.append(to_seconds(job.end - job.start))
             last = job.calls[-1].resident
+            assert last is not None  # the job ended after its last call finished
             vd = first.vd - 1 + (last.vd if len(job.calls) > 1 else 1)
             if vd > 1:
                 tpot.append(to_seconds(job.end - first.first_token) / (vd - 1))

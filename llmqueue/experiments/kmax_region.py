@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from llmqueue.engine.options import RunOptions
-from llmqueue.engine.results import Result
+from llmqueue.engine.results import Result, Summary
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
@@ -69,7 +69,7 @@ def run_region(params: Dict[str, Any], options: RunOptions) -> Rows:
                      horizon=options.horizon or HORIZON, progress=False)
         for run in runs:
             label = f"{scheduler}-{bmax} ({run['lambda_p']:g}, {run['lambda_d']:g})"
-            rows.append((label, Result(dict(run))))
+            rows.append((label, Result(Summary.from_mapping(run))))
     if params["figure"]:
         from llmqueue.plotting import plot_region, save
         save(plot_region(rows, params["kmax"]), str(params["figure"]))

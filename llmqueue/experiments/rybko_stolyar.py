@@ -54,7 +54,9 @@ def hop(ctx: JobContext, engine: str, laws: Tuple[SizeLaw, SizeLaw]) -> simpy.Ev
 
 def route(ctx: JobContext) -> Generator[simpy.Event, object, None]:
     """A job: the short hop at its first engine, then the long hop at its second."""
-    first, second = ROUTES[ctx.klass]
+    klass = ctx.klass
+    assert isinstance(klass, str)  # build starts each job with its ROUTES key as class
+    first, second = ROUTES[klass]
     yield hop(ctx, first, SHORT)
     yield hop(ctx, second, LONG)
 

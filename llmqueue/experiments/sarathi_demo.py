@@ -56,7 +56,7 @@ def workload(rate: float = RATE, count: int = COUNT, long_fraction: float = LONG
     return compose(Poisson(rate), Mixture(parts), UniformInt(*OUTPUT), count=count, seed=seed)
 
 
-def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: object) -> Result:
+def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX, **logs: Any) -> Result:
     """Run ``stream`` to the end under the step model with no token budget, and
     add ``output_tokens_per_s`` (output tokens / makespan) to the summary."""
     result = simulate(stream, policy, bmax=None, kmax=kmax, latency=StepModel(), **logs)
@@ -97,7 +97,7 @@ def checks(rows: Rows) -> List[Check]:
 
 
 def sweep(chunks: Sequence[int] = SWEEP, seeds: Sequence[int] = (SEED,),
-          **workload_args: object) -> Dict[str, List[List[float]]]:
+          **workload_args: Any) -> Dict[str, List[List[float]]]:
     """TTFT p99 and TPOT p99 (seconds) for each chunk size and seed, and the
     whole-prefill baseline per seed: ``{"ttft": [[...per seed] per chunk],
     "tpot": ..., "whole_ttft": [...per seed], "whole_tpot": ...}``."""

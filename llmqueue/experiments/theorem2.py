@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 import numpy as np
 
 from llmqueue.engine.options import RunOptions
-from llmqueue.engine.results import Result
+from llmqueue.engine.results import Result, Summary
 from llmqueue.experiments import single
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
                                        engine_params, register)
@@ -95,7 +95,8 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     out: Rows = []
     for i, (fraction, rate) in enumerate(zip(fractions, rates)):
         fluid = theory.fluid_slope(rate, p["bmax"], p["vp"], p["vd"], latency)
-        summary = load_row(fraction, runs[i * seeds:(i + 1) * seeds], rate, fluid)
+        summary = Summary.from_mapping(load_row(fraction, runs[i * seeds:(i + 1) * seeds],
+                                                rate, fluid))
         result = Result(summary)
         if options.asked() & {"batches", "requests", "timeseries"}:
             task = tasks[i * seeds]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -88,6 +88,8 @@ def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "de
     ``free``: fields of :class:`Efficiency` except ``tile``; efficiencies stay in
     (0, 1] and times >= 0.  Minimises the sum of squared relative errors.
     """
+    g: Union[str, GPU]
+    m: Union[str, ModelShape]
     if isinstance(base, Roofline):
         if gpu is not None or model is not None or tp is not None:
             raise ValueError("gpu, model and tp come from base when base is a Roofline; "
@@ -117,7 +119,8 @@ def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "de
     upper = np.where(is_frac, _MAX_INVERSE, np.inf)
 
     def eff_of(x: np.ndarray) -> Efficiency:
-        values = {n: float(1 / v if f else v * _TIME_UNIT) for n, v, f in zip(free, x, is_frac)}
+        values: Dict[str, Any] = {n: float(1 / v if f else v * _TIME_UNIT)
+                                  for n, v, f in zip(free, x, is_frac)}
         return dataclasses.replace(start, **values)
 
     def residuals(x: np.ndarray) -> np.ndarray:

@@ -110,6 +110,7 @@ class Roofline:
         self.tp = validation.positive_int("tp", tp)
         self.efficiency = find_efficiency(efficiency)
         m, g, e = self.model, self.gpu, self.efficiency
+        assert m.kv_heads is not None and m.head_dim is not None  # by ModelShape.__post_init__
         for name, heads in (("heads", m.heads), ("kv_heads", m.kv_heads)):
             if heads % tp:
                 raise ValueError(f"tp must divide {m.name}'s {name}={heads}; got tp={tp} "

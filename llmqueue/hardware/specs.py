@@ -79,6 +79,7 @@ class ModelShape:
             validation.positive_int(f"{where} {field}", getattr(self, field))
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+        assert self.kv_heads is not None  # just filled in when not given
         validation.positive_int(f"{where} kv_heads", self.kv_heads)
         if self.heads % self.kv_heads:
             raise ValueError(f"{where} kv_heads must divide heads={self.heads} (grouped-query "
@@ -104,6 +105,7 @@ class ModelShape:
     def attention_params(self) -> int:
         """``P_attn = h*n_q*d_h + 2*h*n_kv*d_h + n_q*d_h*h`` (one layer: Q, K, V, O)."""
         h, q, kv, d = self.hidden, self.heads, self.kv_heads, self.head_dim
+        assert kv is not None and d is not None  # filled in by __post_init__
         return h * q * d + 2 * h * kv * d + q * d * h
 
     def layer_params(self) -> int:
@@ -120,6 +122,7 @@ class ModelShape:
 
     def kv_bytes_per_token(self) -> float:
         """``kappa = 2*L*n_kv*d_h*kv_bytes``: KV-cache bytes one token holds."""
+        assert self.kv_heads is not None and self.head_dim is not None  # by __post_init__
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
 
     @classmethod
@@ -214,7 +217,8 @@ _MODELS: Dict[str, ModelShape] = {}
 
 
 def _load(filename: str) -> list:
-    text = resources.files("llmqueue.hardware").joinpath("data", filename).read_text("utf-8")
+    data = resources.files("llmqueue.hardware").joinpath("data")
+    text = data.joinpath(filename).read_text("utf-8")
     return json.loads(text)
 
 

@@ -18,7 +18,7 @@ the number of times it can give (``None``: endless).
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -97,7 +97,8 @@ class TraceTimes(ArrivalLaw):
     and changes only its speed.
     """
 
-    def __init__(self, times: Sequence[float], rate: Optional[float] = None) -> None:
+    def __init__(self, times: Union[Sequence[float], np.ndarray],
+                 rate: Optional[float] = None) -> None:
         data = np.asarray(times, dtype=float)
         if data.ndim != 1 or data.size == 0:
             raise ValueError("times must be a non-empty list of arrival times in seconds")
@@ -120,6 +121,6 @@ class TraceTimes(ArrivalLaw):
     def __repr__(self) -> str:
         return f"TraceTimes({self.count} times, rate={self.rate:.4g}/s)"
 
-    def times(self, rng: np.random.Generator) -> Iterator[float]:
+    def times(self, rng: Optional[np.random.Generator]) -> Iterator[float]:
         """The (rescaled) trace times; ``rng`` is not used."""
         return iter(self._times.tolist())

@@ -168,7 +168,8 @@ class Mixture(SizeLaw):
     def zero_probability(self) -> Optional[float]:
         """The weighted chances of the parts (``None`` if one is unknown)."""
         parts = [law.zero_probability() for law in self.laws]
-        return None if None in parts else float(np.dot(self.weights, parts))
+        known = [p for p in parts if p is not None]
+        return None if len(known) < len(parts) else float(np.dot(self.weights, known))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Pick a law per draw, then draw from each law for its picks."""
@@ -183,7 +184,7 @@ class Mixture(SizeLaw):
 class Empirical(SizeLaw):
     """Resampled uniformly, with replacement, from observed counts."""
 
-    def __init__(self, values: Sequence[int]) -> None:
+    def __init__(self, values: Union[Sequence[int], np.ndarray]) -> None:
         data = np.asarray(values)
         if data.ndim != 1 or data.size == 0:
             raise ValueError(f"values must be a non-empty list of token counts, got {values!r}")

@@ -79,6 +79,7 @@ class Trace:
                              f"speedup={speedup!r}")
         times = [t / speedup for t in TraceTimes(self.times[:n], rate).times(None)]
         sizes = zip(self.prefill[:n].tolist(), self.decode[:n].tolist())
+        rows: List[Tuple[object, ...]]
         if self.classes is None:
             rows = [(t, p, d) for t, (p, d) in zip(times, sizes)]
         else:
@@ -143,7 +144,7 @@ def _count(name: str, text: str) -> int:
     return validation.token_count(name, int(value))
 
 
-def _generic_row(row: List[str], origin: object) -> tuple:
+def _generic_row(row: List[str], origin: Optional[Tuple[int, float]]) -> tuple:
     try:
         time = float(row[0])
     except ValueError:

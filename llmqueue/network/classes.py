@@ -11,7 +11,7 @@ any engine, pool or :func:`~llmqueue.simulate` run takes it as is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -84,9 +84,11 @@ def by_class(requests: Iterable[Request], end: Optional[int] = None
     out: Dict[Hashable, Dict[str, Any]] = {}
     for klass, rs in groups.items():
         done = [r for r in rs if r.finished is not None and r.finished <= end]
-        ttft = [to_seconds(r.first_token - r.arrival) for r in done]
-        tpot = [to_seconds(r.finished - r.first_token) / (r.vd - 1) for r in done if r.vd > 1]
-        e2e = [to_seconds(r.finished - r.arrival) for r in done]
+        marks = [_marks(r) for r in done]
+        ttft = [to_seconds(first - r.arrival) for r, (first, _) in zip(done, marks)]
+        tpot = [to_seconds(last - first) / (r.vd - 1) for r, (first, last) in zip(done, marks)
+                if r.vd > 1]
+        e2e = [to_seconds(last - r.arrival) for r, (_, last) in zip(done, marks)]
         # pending(t) for the class integrates to the time its requests spent in the system
         sojourn = sum(min(r.finished if r.finished is not None else end, end) - r.arrival
                       for r in rs if r.arrival <= end)
@@ -100,3 +102,9 @@ def by_class(requests: Iterable[Request], end: Optional[int] = None
             row.update(named_percentiles(name, values))
         out[klass] = row
     return out
+
+
+def _marks(r: Request) -> Tuple[int, int]:
+    """``(first_token, finished)`` of a finished request, which has both."""
+    assert r.first_token is not None and r.finished is not None
+    return r.first_token, r.finished

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Generator, Hashable, Iterable, List, Optional, Sequence,
-                    Tuple)
+                    Tuple, TypeVar)
 
 import numpy as np
 import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, to_ticks
-from llmqueue.engine.clock import later_this_instant, wait_until
+from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result, Summary
@@ -31,6 +31,8 @@ from llmqueue.network.routers import Router, make_router
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
 from llmqueue.theory import capacity as theory
+
+T = TypeVar("T")
 
 
 def capacity(engine: Engine) -> Optional[float]:
@@ -102,7 +104,7 @@ class Network:
         return pool
 
     def add_replicas(self, name: str, count: int, router: object = "jsq-tokens",
-                     **engine: object) -> Pool:
+                     **engine: Any) -> Pool:
         """``count`` identical engines ``name-0 .. name-(count-1)`` and a pool
         ``name`` over them; ``engine`` holds :meth:`add_engine`'s keywords."""
         validation.positive_int("engines", count)
@@ -152,8 +154,11 @@ class Network:
             engine = self.route(target)
             if routed is not None:
                 routed(engine)
-            engine.call(vp, vd, klass).callbacks.append(
-                lambda finished: done.succeed(finished.value))
+
+            def finish(finished: simpy.Event) -> None:
+                done.succeed(finished.value)
+
+            engine.call(vp, vd, klass).callbacks.append(finish)
 
         later_this_instant(self.env, ROUTING).callbacks.append(send)
         return done
@@ -198,7 +203,7 @@ class Network:
         for engine in self.engines.values():
             engine.until = self.until
         self.env.run(until=self.until)
-        end = self.until if self.until is not None else self.env.now
+        end = self.until if self.until is not None else now_ticks(self.env)
         results = {name: _engine_result(e, end) for name, e in self.engines.items()}
         self.end = end
         total = combine(list(self.engines.values()), end)
@@ -208,8 +213,9 @@ class Network:
 def _engine_result(engine: Engine, end: int) -> Result:
     recorder = engine.recorder
     recorder.close(end)
-    recorder.request_log.extend(engine.residents)
-    recorder.request_log.extend(engine.waiting)
+    log = _kept(recorder.request_log)
+    log.extend(engine.residents)
+    log.extend(engine.waiting)
     summary = recorder.summary(end, waiting=len(engine.waiting),
                                residents=len(engine.residents))
     summary = summary.with_figures(**_load(summary, capacity(engine), recorder))
@@ -247,7 +253,7 @@ def combine(engines: List[Engine], end: int) -> Result:
         total.ttft.extend(rec.ttft)
         total.tpot.extend(rec.tpot)
         total.e2e.extend(rec.e2e)
-    series = merge_series([e.recorder.series for e in engines])
+    series = merge_series([_kept(e.recorder.series) for e in engines])
     held = [row for row in series if row[0] < end]
     total.pending_max = max([p for _, p, _ in held] + [total.pending])
     total.backlog_max = max([b for _, _, b in held] + [total.backlog])
@@ -257,12 +263,22 @@ def combine(engines: List[Engine], end: int) -> Result:
     if summary.busy_fraction is not None:
         summary = summary.with_figures(busy_fraction=summary.busy_fraction / len(engines))
     caps = [capacity(e) for e in engines]
-    summary = summary.with_figures(**_load(summary, None if None in caps else sum(caps), total))
-    requests: List[Request] = [r for e in engines for r in e.recorder.request_log]
+    known = [c for c in caps if c is not None]
+    cap = None if len(known) < len(caps) else sum(known)
+    summary = summary.with_figures(**_load(summary, cap, total))
+    requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
     logs = [e.recorder.batch_log for e in engines]
-    batches = None if None in logs else sorted((row for log in logs for row in log),
-                                               key=lambda row: row[0])
+    kept = [log for log in logs if log is not None]
+    batches = None if len(kept) < len(logs) else sorted((row for log in kept for row in log),
+                                                        key=lambda row: row[0])
     return Result(summary, {"engines": [e.name for e in engines]}, batches, requests, series)
+
+
+def _kept(log: Optional[List[T]]) -> List[T]:
+    """A log every engine of a network keeps (:meth:`Network.add_engine` asks
+    its recorder for the request log and the series)."""
+    assert log is not None
+    return log
 
 
 def merge_series(parts: Sequence[List[Tuple[int, int, int]]]) -> List[Tuple[int, int, int]]:
@@ -297,4 +313,4 @@ class NetworkResult:
 
     def by_class(self) -> Dict[Hashable, Dict[str, Any]]:
         """Per-class figures over every request of the network."""
-        return by_class(self.total.request_log, self.end)
+        return by_class(_kept(self.total.request_log), self.end)

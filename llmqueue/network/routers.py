@@ -118,5 +118,5 @@ def make_router(spec: object, seed: Optional[int] = 0) -> Router:
     """A router from its name (seeded where it draws) or a :class:`Router`."""
     if isinstance(spec, Router):
         return spec
-    validation.choice("router", spec, ROUTERS)
-    return ROUTERS[spec](seed=seed or 0)
+    name = validation.choice("router", spec, ROUTERS)
+    return ROUTERS[name](seed=seed or 0)

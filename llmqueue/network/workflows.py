@@ -27,7 +27,7 @@ import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import to_seconds, to_ticks
-from llmqueue.engine.clock import wait_until
+from llmqueue.engine.clock import now_ticks, wait_until
 from llmqueue.engine.recorder import named_percentiles
 from llmqueue.network.network import Network
 from llmqueue.policies.view import Request
@@ -77,7 +77,7 @@ class JobContext:
     @property
     def now(self) -> float:
         """Simulated time in seconds."""
-        return to_seconds(self.env.now)
+        return to_seconds(now_ticks(self.env))
 
     @property
     def klass(self) -> Hashable:
@@ -87,6 +87,7 @@ class JobContext:
     def call(self, target: str, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Send a request to ``target`` (an engine or a pool) now; yield the
         event to wait until it finishes (its value is the :class:`Request`)."""
+        # the event is set just below: routing may name the engine before call returns
         record = CallRecord(target, None, None)  # type: ignore[arg-type]
         record.event = self.net.call(target, vp, vd, self.record.klass if klass is None else klass,
                                      routed=lambda engine: setattr(record, "engine", engine.name))
@@ -127,6 +128,7 @@ def start_jobs(net: Network, workflow: Workflow, rate: Optional[float] = None, *
         if count is None:
             net.endless()
     else:
+        assert times is not None  # exactly one of rate and times, checked above
         clock = iter(list(times))
     if count is not None:
         clock = (t for t, _ in zip(clock, range(count)))
@@ -149,21 +151,21 @@ def _source(net: Network, workflow: Workflow, clock: Iterator[float], klass: Has
     for jid, time in enumerate(clock):
         if not (yield from wait_until(env, time, net.until, "job times")):
             return
-        record = JobRecord(jid, klass, env.now)
+        record = JobRecord(jid, klass, now_ticks(env))
         records.append(record)
         env.process(_job(JobContext(net, record, rng), workflow))
 
 
 def _job(ctx: JobContext, workflow: Workflow) -> Generator[simpy.Event, object, None]:
     yield from workflow(ctx)
-    ctx.record.end = ctx.env.now
+    ctx.record.end = now_ticks(ctx.env)
 
 
 def job_summary(records: List[JobRecord]) -> Dict[str, Any]:
     """Jobs started and finished, end-to-end percentiles and mean (seconds),
     and calls per finished job."""
     done = [r for r in records if r.end is not None]
-    e2e = [r.e2e for r in done]
+    e2e = [t for t in (r.e2e for r in done) if t is not None]  # every one: done jobs ended
     out: Dict[str, Any] = {"jobs": len(records), "jobs_completed": len(done)}
     out.update(named_percentiles("job_e2e", e2e))
     out["job_e2e_mean"] = float(np.mean(e2e)) if e2e else None

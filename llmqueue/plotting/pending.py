@@ -56,8 +56,9 @@ def plot_pending_zoom(rows: Sequence[Tuple[str, Result]], title: str, top: Optio
     fig, (left, right) = panels_for(axes, 2, panel=(6.5, 5.0))
     plot_pending(rows, titles[0], ax=left)
     plot_pending(rows, titles[1], top=top, ax=right)
-    if right.get_legend() is not None:  # the zoom is full of data: one legend, left
-        right.get_legend().remove()
+    legend = right.get_legend()
+    if legend is not None:  # the zoom is full of data: one legend, left
+        legend.remove()
     suptitle(fig, title)
     return fig
 
@@ -113,7 +114,9 @@ def animate_pending(rows: Sequence[Tuple[str, Result]], title: str, note: str = 
                 fontsize=LEGEND_SIZE,
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "grey"})
     if own:  # lay out once, so the moving labels do not shift the axes between frames
-        fig.get_layout_engine().execute(fig)
+        engine = fig.get_layout_engine()
+        assert engine is not None  # figure_for made the figure with layout="constrained"
+        engine.execute(fig)
         fig.set_layout_engine("none")
     frames = max(2, int(seconds * fps))
 

@@ -12,12 +12,15 @@ the data, so a run that sits exactly on its limit stays visible.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import matplotlib.pyplot as plt
 from matplotlib.animation import Animation
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LegendLocType  # for type checking only (recent matplotlib)
 
 #: Size of a one-panel figure (inches).
 FIGSIZE: Tuple[float, float] = (9.0, 5.0)
@@ -47,7 +50,7 @@ def figure_for(ax: Optional[Axes], figsize: Tuple[float, float] = FIGSIZE
     """The figure and axes to draw into: ``ax`` and its figure when given, else
     a new one-panel figure of ``figsize``."""
     if ax is not None:
-        return ax.figure, ax
+        return ax.figure.figure, ax  # the root figure, also for axes in a subfigure
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     return fig, ax
 
@@ -62,7 +65,7 @@ def panels_for(axes: Optional[Sequence[Axes]], count: int, column: bool = False,
         axes = list(axes)
         if len(axes) != count:
             raise ValueError(f"axes must hold {count} axes for this figure; got {len(axes)}")
-        return axes[0].figure, axes
+        return axes[0].figure.figure, axes
     rows, cols = (count, 1) if column else (1, count)
     fig, grid = plt.subplots(rows, cols, figsize=(panel[0] * cols, panel[1] * rows),
                              sharex=sharex, sharey=sharey, squeeze=False, layout="constrained")
@@ -70,7 +73,7 @@ def panels_for(axes: Optional[Sequence[Axes]], count: int, column: bool = False,
 
 
 def decorate(ax: Axes, title: Optional[str], xlabel: Optional[str], ylabel: Optional[str],
-             legend: bool = True, grid: Optional[str] = "major",
+             legend: bool = True, grid: Optional[Literal["major", "minor", "both"]] = "major",
              outside: Optional[bool] = None) -> Axes:
     """Title, axis labels, grid and legend (see :func:`place_legend`, which
     ``outside`` is passed to) of one panel, in the house style; ``None``
@@ -89,7 +92,7 @@ def decorate(ax: Axes, title: Optional[str], xlabel: Optional[str], ylabel: Opti
     return ax
 
 
-def place_legend(ax: Axes, outside: Optional[bool] = None, loc: str = "best",
+def place_legend(ax: Axes, outside: Optional[bool] = None, loc: LegendLocType = "best",
                  also: Sequence[Axes] = ()) -> None:
     """A legend that does not cover the data: where the data leaves room
     (``loc="best"``) when it has few entries, else outside the axes on their

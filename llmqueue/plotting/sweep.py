@@ -61,11 +61,11 @@ def figure_label(name: str) -> str:
         n = next((n for n in range(len(parts), 0, -1) if "_".join(parts[:n]) in _WORDS), 0)
         words.append(_WORDS["_".join(parts[:n])] if n else parts[0])
         parts = parts[max(n, 1):]
-    words = " ".join(words)
+    text = " ".join(words)
     for part, unit in _UNITS:
         if part in name:
-            return label(words, unit)
-    return words
+            return label(text, unit)
+    return text
 
 
 def key_label(key: str, params: Optional[Mapping[str, Param]] = None) -> str:

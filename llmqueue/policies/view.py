@@ -29,7 +29,7 @@ class Request:
                  "arrival", "admitted", "prefill_done", "first_token", "finished",
                  "on_prefilled", "on_finished")
 
-    def __init__(self, rid: int, vp: int, vd: int, klass: Hashable = None,
+    def __init__(self, rid: Hashable, vp: int, vd: int, klass: Hashable = None,
                  arrival: int = 0, seq: int = 0) -> None:
         self.rid = rid
         self.seq = seq
@@ -64,8 +64,15 @@ class Request:
 class View(Protocol):
     """The residents of one engine at the start of an iteration."""
 
-    decoding: Sequence[Request]
-    prefilling: Sequence[Request]
+    @property
+    def decoding(self) -> Sequence[Request]:
+        """Residents whose prefill is done, in admission order."""
+        ...
+
+    @property
+    def prefilling(self) -> Sequence[Request]:
+        """Residents with prefill left, in admission order."""
+        ...
 
 
 class Plan(NamedTuple):

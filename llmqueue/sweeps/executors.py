@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from llmqueue.common import validation
+
+if TYPE_CHECKING:
+    from distributed import Client  # optional: only dask= needs it
 
 
 @contextmanager
@@ -37,7 +40,7 @@ def open_executor(workers: Optional[int] = None, dask: Optional[str] = None
 
 
 @contextmanager
-def _dask_client(workers: Optional[int], address: str) -> Iterator["object"]:
+def _dask_client(workers: Optional[int], address: str) -> Iterator["Client"]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:

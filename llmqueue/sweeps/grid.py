@@ -43,8 +43,11 @@ def run_seed(base_seed: int, params: Mapping[str, object], replicate: int) -> in
 class Parametrized(Protocol):
     """Anything with a name and typed parameters (an experiment)."""
 
-    name: str
-    params: Mapping[str, Param]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, Param]: ...
 
 
 def check(scenario: Parametrized, grid: Mapping[str, Sequence[object]]

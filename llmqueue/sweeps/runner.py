@@ -18,7 +18,8 @@ import sys
 import time
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol,
+                    Sequence, Set, Tuple)
 
 from llmqueue.common import validation
 from llmqueue.common.params import Param
@@ -28,17 +29,28 @@ from llmqueue.policies.builtin import make_policy
 from llmqueue.sweeps import grid as grids
 from llmqueue.theory.stats import aggregate
 
-Row = Dict[str, object]
+if TYPE_CHECKING:
+    import pandas  # optional: only to_dataframe needs it
+
+Row = Dict[str, Any]
+"""One tidy row of a sweep: CSV cells read back as None, bool, int, float or text."""
 
 #: Columns between the grid point and the figures, in this order.
 class Runnable(Protocol):
     """What a sweep needs of an experiment (:class:`llmqueue.experiments.Experiment`
     is one): its name, typed parameters, defaults, and a checked run."""
 
-    name: str
-    params: Mapping[str, Param]
-    horizon: Optional[float]
-    seeded: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, Param]: ...
+
+    @property
+    def horizon(self) -> Optional[float]: ...
+
+    @property
+    def seeded(self) -> bool: ...
 
     def resolve(self, overrides: Mapping[str, str]) -> Dict[str, object]: ...
 
@@ -261,6 +273,7 @@ class RowWriter:
                 self.columns = list(rows[0])
                 csv.writer(self.handle, lineterminator="\n").writerow(self.columns)
             self.writer = csv.DictWriter(self.handle, self.columns, lineterminator="\n")
+        assert self.columns is not None  # the file's header, or set with the writer above
         extra = set(rows[0]) ^ set(self.columns)
         if extra:
             raise ValueError(f"out: {self.handle.name} has other columns than this sweep "
@@ -299,7 +312,7 @@ def write_rows(path: str, rows: Sequence[Row]) -> None:
         writer.write(rows)
 
 
-def to_dataframe(rows: Sequence[Row]) -> "pandas.DataFrame":  # noqa: F821
+def to_dataframe(rows: Sequence[Row]) -> "pandas.DataFrame":
     """The rows as a pandas DataFrame (pandas is optional: ``pip install pandas``)."""
     try:
         import pandas

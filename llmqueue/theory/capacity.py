@@ -20,7 +20,7 @@ prices a batch of ``b`` tokens).
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, Mapping, Optional
 
 from llmqueue.common import validation
 from llmqueue.models.latency import Constant, LatencyModel, Staircase, tokens_time
@@ -104,7 +104,7 @@ def is_work_conserving(batch_tokens: int, demand: int, bmax: int) -> bool:
     return batch_tokens == min(bmax, demand)
 
 
-def littles_law(summary: Mapping[str, object]) -> Dict[str, Optional[float]]:
+def littles_law(summary: Mapping[str, Any]) -> Dict[str, Optional[float]]:
     """Little's law ``L = lambda * W`` on a finished run's summary.
 
     ``L`` is the time-average of pending, ``lambda`` the arrivals per second and

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Generic, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -24,13 +24,17 @@ from llmqueue.common import validation
 from llmqueue.models.latency import Linear, Staircase
 
 Model = Union[Staircase, Linear]
+M = TypeVar("M", Staircase, Linear)
+
+#: Measured samples: a list or a one-dimensional array.
+Samples = Union[Sequence[float], np.ndarray]
 
 
 @dataclass(frozen=True)
-class Fit:
+class Fit(Generic[M]):
     """A fitted model, its coefficient of determination and sample count."""
 
-    model: Model
+    model: M
     r2: float
     sse: float
     samples: int
@@ -42,7 +46,7 @@ class Fit:
                 "r2": self.r2, "sse": self.sse, "samples": self.samples}
 
 
-def _arrays(tokens: Sequence[float], seconds: Sequence[float]) -> Tuple[np.ndarray, np.ndarray]:
+def _arrays(tokens: Samples, seconds: Samples) -> Tuple[np.ndarray, np.ndarray]:
     x = np.asarray(tokens, dtype=float)
     y = np.asarray(seconds, dtype=float)
     if x.ndim != 1 or x.shape != y.shape:
@@ -74,7 +78,7 @@ def _r2(y: np.ndarray, sse: float) -> float:
     return 1.0 - sse / sst if sst > 0 else (1.0 if sse == 0 else 0.0)
 
 
-def fit_linear(tokens: Sequence[float], seconds: Sequence[float]) -> Fit:
+def fit_linear(tokens: Samples, seconds: Samples) -> Fit[Linear]:
     """Fit ``t = c + per_token * b``."""
     x, y = _arrays(tokens, seconds)
     c, slope, sse = _line(x, y)
@@ -88,8 +92,8 @@ def fit_linear(tokens: Sequence[float], seconds: Sequence[float]) -> Fit:
 B0_SEARCH = 4096
 
 
-def fit_staircase(tokens: Sequence[float], seconds: Sequence[float],
-                  b0: Optional[int] = None) -> Fit:
+def fit_staircase(tokens: Samples, seconds: Samples,
+                  b0: Optional[int] = None) -> Fit[Staircase]:
     """Fit ``t = c + a * ceil(b / b0)``, searching ``b0`` when it is not given."""
     x, y = _arrays(tokens, seconds)
     if b0 is not None:

@@ -32,7 +32,7 @@ sizes are known:
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Hashable, Mapping, Optional, cast
 
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.theory import capacity as theory
@@ -104,8 +104,8 @@ def _region(bmax: int, kmax: int, latency: Optional[LatencyModel]) -> Optional[R
     """Theorem 10's region, remembered per engine shape (``None`` where the
     region is not computed: a non-staircase model beyond the enumeration limit)."""
     model = latency if latency is not None else Staircase()
-    try:
-        return _cached_region(bmax, kmax, model)
+    try:  # the cache hashes the model (a user model may not be hashable: see below)
+        return _cached_region(bmax, kmax, cast(Hashable, model))
     except TypeError:  # an unhashable user model: compute it afresh
         return _computed_region(bmax, kmax, model)
 
@@ -129,16 +129,17 @@ def assess(summary: Mapping[str, Any], *, rate: Optional[float],
     """The summary keys ``verdict``, ``predicted``, ``load`` and ``fluid_slope``
     of one run (``None`` for the theory's figures where the workload's rate or
     mean sizes, or the budget, are unknown)."""
-    known = None not in (rate, mean_prefill, mean_decode, bmax)
     slope = summary.get("backlog_slope")
-    if known:
+    load: Optional[float]
+    predicted: Optional[str]
+    fluid: Optional[float]
+    if rate is not None and mean_prefill is not None and mean_decode is not None \
+            and bmax is not None:  # all known
         offered = rate * (mean_prefill + mean_decode)
         load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
-        predicted: Optional[str] = predict(rate, mean_prefill, mean_decode,
-                                           work_conserving=work_conserving, bmax=bmax,
-                                           kmax=kmax, latency=latency)
-        fluid: Optional[float] = theory.fluid_slope(rate, bmax, mean_prefill, mean_decode,
-                                                    latency)
+        predicted = predict(rate, mean_prefill, mean_decode, work_conserving=work_conserving,
+                            bmax=bmax, kmax=kmax, latency=latency)
+        fluid = theory.fluid_slope(rate, bmax, mean_prefill, mean_decode, latency)
     else:
         throughput = summary.get("throughput_tokens_per_s") or 0.0
         offered = throughput + max(0.0, slope or 0.0)  # served + growth

@@ -9,7 +9,7 @@ Cornish-Fisher expansion around the normal quantile beyond (error below
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 #: The confidence level of every interval.
 LEVEL = 0.95
@@ -86,11 +86,11 @@ def aggregate(rows: Sequence[Dict[str, object]], keys: Sequence[str],
     return out
 
 
-def _number(value: object) -> Optional[float]:
+def _number(value: Any) -> Optional[float]:
     """A figure as a float, or ``None`` where it is undefined or not a number."""
     if value is None or isinstance(value, bool) or value == "":
         return None
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return None
