@@ -28,6 +28,7 @@ from llmqueue.policies import (VLLM, ClassPriority, FasterTransformer, Orca, Pla
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 from llmqueue.theory.memory import (kv_area, kv_bytes_per_token, kv_capacity_tokens, lambda_joint,
                                     mu_mem, wait_thresholds)
+from llmqueue.theory.slo import SLO
 
 __all__ = [
     "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",
@@ -35,7 +36,7 @@ __all__ = [
     "Interpolated", "JSQ", "JSQTokens", "JobContext", "LatencyModel", "Linear", "LogNormal",
     "Mixture", "ModelShape", "Network", "NetworkResult", "Orca", "Plan", "Poisson",
     "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal", "Request",
-    "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "Sarathi", "SizeLaw",
+    "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "SLO", "Sarathi", "SizeLaw",
     "Staircase", "Stalled", "StepFill", "StepModel", "Trace", "TraceTimes", "UniformInt",
     "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose", "fit_linear",
     "fit_staircase", "from_list", "gpu", "job_summary", "kv_area", "kv_bytes_per_token",

@@ -1,18 +1,31 @@
 """Closed-form theory and statistics: token capacity and Theorem 2
 (:mod:`~llmqueue.theory.capacity`), stability verdicts, backlog drift, the
 batch-size-limit region (Theorem 10), latency fitting and confidence
-intervals, and KV-cache memory capacity (:mod:`~llmqueue.theory.memory`).
+intervals, KV-cache memory capacity (:mod:`~llmqueue.theory.memory`), SLOs and
+attainment (:mod:`~llmqueue.theory.slo`, :mod:`~llmqueue.theory.histogram`), the
+analytic bounds computed before any simulation (:mod:`~llmqueue.theory.bounds`)
+and serving cost (:mod:`~llmqueue.theory.cost`).
 Imports :mod:`llmqueue.common` and :mod:`llmqueue.models`."""
 
+from llmqueue.theory.bounds import (Bounds, TokenBound, ZeroLoad, memory_bound, shape_time,
+                                    slot_bound, smallest_iteration, token_bound,
+                                    unloaded_latency, zero_load)
 from llmqueue.theory.capacity import (batch_demand, fluid_slope, is_work_conserving, lambda_star,
                                       littles_law, load, peak_token_rate, token_capacity)
+from llmqueue.theory.cost import Cost
+from llmqueue.theory.histogram import GapHistogram
 from llmqueue.theory.memory import (JointCapacity, b_star, delta, envelope_time, kv_area,
                                     kv_area_blocks, kv_area_min, kv_bytes_per_token,
                                     kv_capacity_tokens, lambda_joint, lambda_kmax, lambda_wait,
                                     mean_kv_area, mu_mem, mu_mix, wait_thresholds)
+from llmqueue.theory.slo import (SLO, Attainment, RequestLatency, Unloaded, attainment,
+                                 good_throughput)
 
-__all__ = ["JointCapacity", "b_star", "batch_demand", "delta", "envelope_time",
-           "fluid_slope", "is_work_conserving", "kv_area", "kv_area_blocks", "kv_area_min",
-           "kv_bytes_per_token", "kv_capacity_tokens", "lambda_joint", "lambda_kmax",
-           "lambda_star", "lambda_wait", "littles_law", "load", "mean_kv_area", "mu_mem",
-           "mu_mix", "peak_token_rate", "token_capacity", "wait_thresholds"]
+__all__ = ["Attainment", "Bounds", "Cost", "GapHistogram", "JointCapacity", "RequestLatency",
+           "SLO", "TokenBound", "Unloaded", "ZeroLoad", "attainment", "b_star", "batch_demand",
+           "delta", "envelope_time", "fluid_slope", "good_throughput", "is_work_conserving",
+           "kv_area", "kv_area_blocks", "kv_area_min", "kv_bytes_per_token", "kv_capacity_tokens",
+           "lambda_joint", "lambda_kmax", "lambda_star", "lambda_wait", "littles_law", "load",
+           "mean_kv_area", "memory_bound", "mu_mem", "mu_mix", "peak_token_rate", "shape_time",
+           "slot_bound", "smallest_iteration", "token_bound", "token_capacity", "unloaded_latency",
+           "wait_thresholds", "zero_load"]

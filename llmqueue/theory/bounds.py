@@ -1,0 +1,297 @@
+"""Analytic bounds on any SLO-feasible rate, computed before any simulation
+(SPEC 8.6).  Each is a necessary condition: no engine runs faster.
+
+* :func:`token_bound`: ``lambda_tok``, the token bound.  For models of the batch
+  size alone (no true ``needs_context``) it is Theorem 2 exactly,
+  ``bmax / t(bmax) / (m_p + m_d)``; for context models (the roofline) the
+  largest rate a time-share of full batch shapes ``(p, d)`` can serve, and
+  ``lambda_mix``, the rate of the one shape at the workload's own mix;
+* :func:`slot_bound`: ``lambda_slot = kmax / (t_1 m_d)``;
+* :func:`memory_bound`: ``lambda_kv = C / (t_1 E[vd vp + vd (vd + 1) / 2])``;
+* :func:`zero_load`: the zero-load attainment ``A_0`` and each request's
+  unloaded latencies (:func:`unloaded_latency`, the base of relative SLOs);
+* :class:`Bounds` bundles them (:meth:`Bounds.of` computes all).
+
+``t_1`` (:func:`smallest_iteration`) is the time of one decode token at context 0.
+Rates are requests per second, times seconds, sizes tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from llmqueue.common import validation
+from llmqueue.models.context import BatchContext
+from llmqueue.models.latency import LatencyModel
+from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_mean, decode_sizes
+from llmqueue.theory.capacity import lambda_star
+from llmqueue.theory.slo import SLO, RequestLatency, Unloaded, attainment
+
+#: Full shapes on the grid of the token bound's LP (SPEC 8.6: 65 is enough).
+GRID = 65
+
+
+def needs_context(latency: LatencyModel) -> bool:
+    """Whether ``latency`` reads a :class:`BatchContext` (SPEC 8.2)."""
+    return bool(getattr(latency, "needs_context", False))
+
+
+def shape_time(latency: LatencyModel, decode: int, prefill: int, decode_ctx: float = 0.0,
+               chunk_ctx: float = 0.0) -> float:
+    """Seconds of one iteration of ``decode`` decoding requests holding
+    ``decode_ctx`` cached tokens **each** and one prefill chunk of ``prefill``
+    tokens after ``chunk_ctx`` cached ones.
+
+    Contexts may be fractional (workload means): the time is then interpolated
+    linearly between the neighbouring whole contexts, separately in each (exact
+    for the roofline, whose terms are sums of functions of one context each, on
+    any linear piece).  Models without context see only the token counts.
+    """
+    requests = decode + (1 if prefill else 0)
+    if not needs_context(latency):
+        return latency.batch_time(decode, prefill, requests)
+    total = decode * decode_ctx
+    batch_time: Callable[..., float] = latency.batch_time
+
+    def at(dc: int, s: int) -> float:
+        chunk = BatchContext(0, 1, s, prefill * prefill, prefill * s) if prefill else \
+            BatchContext()
+        return batch_time(decode, prefill, requests, context=chunk._replace(decode_ctx=dc))
+    d0, s0 = math.floor(total), math.floor(chunk_ctx)
+    base = at(d0, s0)
+    t = base
+    if total > d0:
+        t += (total - d0) * (at(d0 + 1, s0) - base)
+    if prefill and chunk_ctx > s0:
+        t += (chunk_ctx - s0) * (at(d0, s0 + 1) - base)
+    return t
+
+
+def smallest_iteration(latency: LatencyModel) -> float:
+    """``t_1``: seconds of one decode token at context 0, the smallest iteration."""
+    return shape_time(latency, 1, 0)
+
+
+@dataclass(frozen=True)
+class TokenBound:
+    """:func:`token_bound`'s result (requests/s, seconds, tokens).
+
+    ``exact`` is True for models of the batch size alone (Theorem 2: no policy
+    keeps up above ``lambda_tok``); for context models ``lambda_tok`` rests on
+    mean contexts and is approximate.  ``mix_shape`` is ``(p, d)`` of the shape
+    at the workload's mix and ``t_mix`` its time.
+    """
+
+    lambda_tok: float
+    lambda_mix: float
+    exact: bool
+    mix_shape: Tuple[int, int]
+    t_mix: float
+
+
+def _lp(rates: np.ndarray, mean_prefill: float, mean_decode: float) -> float:
+    """``max lambda`` with ``lambda (m_p, m_d) <= w . rates`` for weights ``w`` on
+    the simplex (time shares of the shapes; serving more than offered is allowed).
+    An optimal basis holds at most two shapes, so every pair is tried: on the
+    segment ``theta r_i + (1 - theta) r_j`` the rate is the smaller of two linear
+    functions of theta, largest at an end or where they cross."""
+    demand = np.array([mean_prefill, mean_decode])
+    keep = demand > 0
+    scaled = rates[:, keep] / demand[keep]           # per shape: requests/s each side allows
+    best = float(scaled.min(axis=1).max())           # single shapes (theta = 0 or 1)
+    if scaled.shape[1] == 2:
+        a, b = scaled[:, 0], scaled[:, 1]
+        ai, aj = a[:, None], a[None, :]
+        bi, bj = b[:, None], b[None, :]
+        den = (ai - aj) - (bi - bj)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            theta = (bj - aj) / den                  # where theta ai + (1-theta) aj = same in b
+            value = aj + theta * (ai - aj)
+        ok = (den != 0) & (theta >= 0) & (theta <= 1)
+        if ok.any():
+            best = max(best, float(value[ok].max()))
+    return best
+
+
+def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_decode: float,
+                kmax: Optional[int] = None) -> TokenBound:
+    """SPEC 8.6's token bound of an engine of budget ``bmax`` tokens (``kmax``
+    decoding slots, ``None`` = unlimited) for requests of mean ``mean_prefill``
+    prompt and ``mean_decode`` output tokens.
+
+    Context models: full shapes ``p + d = bmax`` with ``d <= kmax``, ``GRID``
+    of them evenly spaced in ``d`` plus the mix shape; each decode at the mean
+    context of a decoding request, ``E[vp] + (E[vd] - 1)/2`` (its decode
+    iterations run at contexts ``vp .. vp + vd - 1``), and one prefill chunk at
+    context ``E[vp]/2``.  ``lambda_tok`` is the LP of :func:`_lp` over them.
+    The mix shape has ``d = round(bmax m_d / (m_p + m_d))`` (for context models
+    at most ``kmax``; models of the batch size alone ignore ``kmax``, as
+    Theorem 2 does: slots are :func:`slot_bound`'s part) and ``lambda_mix =
+    min(p / m_p, d / m_d) / t_mix``, which is SPEC E8.4's ``bmax / t_mix / (m_p +
+    m_d)`` up to rounding ``d`` to whole tokens.
+    """
+    validation.positive_int("bmax", bmax)
+    validation.nonnegative_number("mean_prefill", mean_prefill)
+    validation.positive_number("mean_decode", mean_decode)
+    validation.optional_positive_int("kmax", kmax)
+    d_mix = round(bmax * mean_decode / (mean_prefill + mean_decode))
+    demand = np.array([mean_prefill, mean_decode])
+    if not needs_context(latency):  # Theorem 2 holds whatever kmax (the slot bound's part)
+        t_mix = shape_time(latency, d_mix, bmax - d_mix)
+        mix = _lp(np.array([[bmax - d_mix, d_mix]]) / t_mix, *demand)
+        exact = lambda_star(bmax, mean_prefill, mean_decode, latency)
+        return TokenBound(exact, mix, True, (bmax - d_mix, d_mix), t_mix)
+    top = bmax if kmax is None else min(bmax, kmax)
+    d_mix = min(d_mix, top)
+    decode_ctx = mean_prefill + (mean_decode - 1) / 2
+    chunk_ctx = mean_prefill / 2
+    ds = sorted({round(i * top / (GRID - 1)) for i in range(GRID)} | {d_mix})
+    times = {d: shape_time(latency, d, bmax - d, decode_ctx, chunk_ctx) for d in ds}
+    rates = np.array([[(bmax - d) / times[d], d / times[d]] for d in ds])
+    mix = _lp(rates[ds.index(d_mix)][None, :], *demand)
+    return TokenBound(_lp(rates, *demand), mix, False, (bmax - d_mix, d_mix), times[d_mix])
+
+
+def slot_bound(kmax: int, t1: float, mean_decode: float) -> float:
+    """``lambda_slot = kmax / (t_1 m_d)`` requests/s: a request holds one of the
+    ``kmax`` slots for at least ``vd`` iterations of at least ``t1`` seconds."""
+    validation.positive_int("kmax", kmax)
+    validation.positive_number("t1", t1)
+    validation.positive_number("mean_decode", mean_decode)
+    return kmax / (t1 * mean_decode)
+
+
+def _sizes(prefill_law: SizeLike, decode_law: SizeLike, n: int, seed: int,
+           count: str = "n") -> Tuple[np.ndarray, np.ndarray]:
+    """``n`` prompt and decode sizes (decode at least 1), from two streams of
+    ``seed``; ``count`` names ``n`` in errors."""
+    validation.positive_int(count, n)
+    validation.nonnegative_int("seed", seed)
+    prompt, decode = as_law("prefill_law", prefill_law), as_law("decode_law", decode_law)
+    rp, rd = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    return prompt.sample(rp, n), decode_sizes(decode, rd, n)
+
+
+def memory_bound(capacity_tokens: int, t1: float, prefill_law: SizeLike,
+                 decode_law: SizeLike, draws: int = 10**5, seed: int = 0) -> float:
+    """``lambda_kv = C / (t_1 E[vd vp + vd (vd + 1)/2])`` requests/s (Little's law
+    on KV token-seconds: a request holds about that many token-iterations of the
+    cache of ``C`` tokens, each iteration at least ``t1`` seconds).  The
+    expectation is exact for fixed sizes and a mean over ``draws`` draws
+    (seeded by ``seed``) otherwise; decode draws of 0 count as 1."""
+    validation.positive_int("capacity_tokens", capacity_tokens)
+    validation.positive_number("t1", t1)
+    prompt, decode = as_law("prefill_law", prefill_law), as_law("decode_law", decode_law)
+    if isinstance(prompt, Fixed) and isinstance(decode, Fixed):
+        vp, vd = float(prompt.value), float(max(decode.value, 1))
+        area = vd * vp + vd * (vd + 1) / 2
+    else:
+        p, d = (x.astype(float) for x in _sizes(prompt, decode, draws, seed, "draws"))
+        area = float(np.mean(d * p + d * (d + 1) / 2))
+    return capacity_tokens / (t1 * area)
+
+
+def unloaded_latency(latency: LatencyModel, bmax: int, vp: int, vd: int) -> Unloaded:
+    """A request's latencies on an empty engine (SPEC 8.6), in seconds.
+
+    TTFT: its prompt in chunks of ``bmax`` (chunk ``i`` after ``i bmax`` cached
+    tokens), alone, then one decode iteration at context ``vp``.  TPOT: one
+    decode iteration at context ``vp + vd/2`` (the mean of its later tokens'
+    contexts ``vp + 1 .. vp + vd - 1``).  Beyond SPEC 8.6, for gating TBT and
+    E2E: ``tbt_max`` is its last decode iteration (context ``vp + vd - 1``; times
+    grow with context) and ``e2e = ttft + (vd - 1) tpot``.  ``tpot`` and
+    ``tbt_max`` are ``None`` at ``vd = 1``.
+    """
+    validation.positive_int("bmax", bmax)
+    validation.token_count("vp", vp)
+    validation.token_count("vd", vd, minimum=1)
+    ttft = shape_time(latency, 1, 0, vp)
+    for start in range(0, vp, bmax):
+        ttft += shape_time(latency, 0, min(bmax, vp - start), chunk_ctx=start)
+    if vd == 1:
+        return Unloaded(ttft, None, None, ttft)
+    tpot = shape_time(latency, 1, 0, vp + vd / 2)
+    return Unloaded(ttft, tpot, shape_time(latency, 1, 0, vp + vd - 1), ttft + (vd - 1) * tpot)
+
+
+@dataclass(frozen=True)
+class ZeroLoad:
+    """:func:`zero_load`'s result: ``attainment`` is ``A_0`` (joint), ``unloaded``
+    each sampled request's unloaded latencies, ``sizes`` its ``(vp, vd)``."""
+
+    attainment: float
+    unloaded: Tuple[Unloaded, ...]
+    sizes: Tuple[Tuple[int, int], ...]
+
+
+def zero_load(latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_law: SizeLike,
+              slo: SLO, n: int = 10**4, seed: int = 0) -> ZeroLoad:
+    """The zero-load attainment ``A_0``: the share of ``n`` sampled requests
+    (seeded by ``seed``) whose :func:`unloaded_latency` meets ``slo`` (scheduling
+    delay 0).  Below the target, ``slo`` is infeasible at every rate."""
+    if not isinstance(slo, SLO):
+        raise ValueError(f"slo must be an SLO, got {slo!r}")
+    validation.positive_int("bmax", bmax)
+    prompts, decodes = _sizes(prefill_law, decode_law, n, seed)
+    cache: Dict[Tuple[int, int], Unloaded] = {}
+    sizes = tuple(zip(prompts.tolist(), decodes.tolist()))
+    for key in sizes:
+        if key not in cache:
+            cache[key] = unloaded_latency(latency, bmax, *key)
+    unloaded = tuple(cache[key] for key in sizes)
+    records = [RequestLatency(u.ttft, u.tpot, u.tbt_max, u.e2e, 0.0, True, None, u)
+               for u in unloaded]
+    return ZeroLoad(attainment(records, slo).joint, unloaded, sizes)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """SPEC 8.6's bounds of one configuration (requests/s; ``None`` = not
+    computed: no ``kmax``, no KV capacity, no SLO)."""
+
+    lambda_tok: float
+    lambda_mix: float
+    exact: bool
+    """Whether ``lambda_tok`` is Theorem 2 exactly (models of the batch size alone)."""
+    lambda_slot: Optional[float] = None
+    lambda_kv: Optional[float] = None
+    attainment_zero_load: Optional[float] = None
+    """``A_0``."""
+
+    @property
+    def limit(self) -> float:
+        """The smallest of the rate bounds computed (requests/s)."""
+        return min(x for x in (self.lambda_tok, self.lambda_slot, self.lambda_kv)
+                   if x is not None)
+
+    def infeasible(self, target: float = 0.9) -> bool:
+        """True when ``A_0 < target``: the SLO fails at every rate (False when
+        ``A_0`` was not computed)."""
+        validation.fraction("target", target)
+        return self.attainment_zero_load is not None and self.attainment_zero_load < target
+
+    @classmethod
+    def of(cls, latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_law: SizeLike,
+           *, kmax: Optional[int] = None, capacity_tokens: Optional[int] = None,
+           slo: Optional[SLO] = None, draws: int = 10**5, n: int = 10**4,
+           seed: int = 0) -> "Bounds":
+        """Every bound for an engine (``latency``, ``bmax``, ``kmax``, a KV cache
+        of ``capacity_tokens``) and requests drawn from the two size laws.  Means:
+        the prompt law's mean and the decode law's with draws of 0 counted as 1."""
+        prompt, decode = as_law("prefill_law", prefill_law), as_law("decode_law", decode_law)
+        m_d = decode_mean(decode)
+        if m_d is None:  # a law whose chance of 0 is unknown: the sample mean
+            m_d = float(np.mean(_sizes(prompt, decode, draws, seed, "draws")[1]))
+        tok = token_bound(latency, bmax, prompt.mean, m_d, kmax)
+        t1 = smallest_iteration(latency)
+        return cls(
+            tok.lambda_tok, tok.lambda_mix, tok.exact,
+            None if kmax is None else slot_bound(kmax, t1, m_d),
+            None if capacity_tokens is None else
+            memory_bound(capacity_tokens, t1, prompt, decode, draws, seed),
+            None if slo is None else zero_load(latency, bmax, prompt, decode, slo, n,
+                                               seed).attainment)
