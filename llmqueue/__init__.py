@@ -22,6 +22,7 @@ from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Ga
 from llmqueue.network import (JSQ, JobContext, JSQTokens, Network, NetworkResult, PowerOfTwo,
                               RandomRouter, RequestClass, RoundRobin, Router, by_class,
                               class_stream, job_summary, make_router, router_names, start_jobs)
+from llmqueue.planning import EngineSpec, Traffic, plan, plan_engines
 from llmqueue.policies import (VLLM, ClassPriority, FasterTransformer, Orca, Plan, Policy, Request,
                                Sarathi, StepFill, WholePrefill, make_policy, make_view,
                                policy_names, register_policy)
@@ -32,16 +33,16 @@ from llmqueue.theory.slo import SLO
 
 __all__ = [
     "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",
-    "Empirical", "Engine", "FasterTransformer", "Fixed", "GPU", "Gamma", "Geometric",
+    "Empirical", "Engine", "EngineSpec", "FasterTransformer", "Fixed", "GPU", "Gamma", "Geometric",
     "Interpolated", "JSQ", "JSQTokens", "JobContext", "LatencyModel", "Linear", "LogNormal",
     "Mixture", "ModelShape", "Network", "NetworkResult", "Orca", "Plan", "Poisson",
     "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal", "Request",
     "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "SLO", "Sarathi", "SizeLaw",
-    "Staircase", "Stalled", "StepFill", "StepModel", "Trace", "TraceTimes", "UniformInt",
+    "Staircase", "Stalled", "StepFill", "StepModel", "Trace", "TraceTimes", "Traffic", "UniformInt",
     "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose", "fit_linear",
     "fit_staircase", "from_list", "gpu", "job_summary", "kv_area", "kv_bytes_per_token",
     "kv_capacity", "kv_capacity_tokens", "lambda_joint", "make_policy", "make_router",
-    "make_view", "model", "mu_mem", "poisson", "policy_names", "read_csv", "read_samples",
+    "make_view", "model", "mu_mem", "plan", "plan_engines", "poisson", "policy_names", "read_csv", "read_samples",
     "read_trace", "register_policy", "renewal", "router_names", "simulate", "start_jobs",
     "sweeps", "theory", "tokens_time", "wait_thresholds",
 ]

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "llmqueue")
 #: docs/architecture.md's table, top to bottom.
 LAYERS = ["common", "models", "policies", "theory", "hardware", "engine", "network", "sweeps",
-          "plotting", "experiments", "cli"]
+          "planning", "plotting", "experiments", "cli"]
 
 
 def modules():

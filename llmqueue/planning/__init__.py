@@ -1,0 +1,14 @@
+"""Capacity planning (SPEC 8.7-8.9): :func:`plan` finds the goodput of an
+engine (the largest arrival rate whose SLO attainment reaches a target) by
+replicated, seeded simulation after the analytic bounds of SPEC 8.6;
+:func:`plan_engines` finds the fewest engines behind a router for a rate, and
+what they cost.  :class:`EngineSpec` and :class:`Traffic` describe the engine
+and the unit-rate workload."""
+
+from llmqueue.planning.engines import EnginesResult, plan_engines
+from llmqueue.planning.plan import PlanResult, plan
+from llmqueue.planning.probe import Probe
+from llmqueue.planning.spec import EngineSpec, Traffic, parse_arrival, parse_size
+
+__all__ = ["EngineSpec", "EnginesResult", "PlanResult", "Probe", "Traffic", "parse_arrival",
+           "parse_size", "plan", "plan_engines"]

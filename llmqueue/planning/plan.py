@@ -1,0 +1,281 @@
+"""``plan``: the largest arrival rate one engine (or a pool of them) serves
+within an SLO (SPEC 8.7), with the bounds of 8.6 first.
+
+Bracket ``[0, hi]`` with ``hi = engines * min(lambda_tok, lambda_slot)``.  For
+latency models of the batch size alone ``lambda_tok`` is exact (Theorem 2):
+any rate at or above ``hi`` FAILs without simulation (recorded as a probe of
+0 replications).  For context models ``hi`` starts at ``1.1 * min`` and doubles
+while a probe at ``hi`` passes.  Then bisection on ``(lo + hi) / 2`` with the
+probes of :mod:`llmqueue.planning.probe`, until ``hi - lo <= rel_tol * hi``, a
+boundary probe, or ``max_probes`` probes.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from llmqueue.common import validation
+from llmqueue.network.routers import ROUTERS
+from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
+from llmqueue.planning.replicate import Task
+from llmqueue.planning.spec import EngineSpec, Traffic
+from llmqueue.theory.bounds import Bounds
+from llmqueue.theory.cost import Cost
+from llmqueue.theory.slo import MODES, SLO
+from llmqueue.theory.stats import mean_ci
+
+#: What a pass at ``lo`` reports, per replication, with a CI across them.
+LATENCIES = ("ttft", "tpot")
+QUANTILES = ("p50", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What :func:`plan` found (rates in requests/s, times in seconds).
+
+    ``goodput = lo`` (the largest rate shown to pass; 0 if none), ``hi`` the
+    smallest shown to fail, ``crossing`` the rate where the mean attainment
+    crosses the target (linear between probes; ``None`` when no simulated
+    PASS/FAIL pair brackets it), every probe in order, the bounds and ``A_0``,
+    ``at_lo`` (TTFT/TPOT p50/p90/p99 ``[mean, ci]`` across replications,
+    ``busy_fraction``, ``mean_batch``, ``attainment``, ``hw``), the cost when a
+    price was given, and ``reason`` when the SLO is infeasible at zero load or
+    the search ended within statistical resolution."""
+
+    goodput: float
+    lo: float
+    hi: float
+    crossing: Optional[float]
+    probes: Tuple[Probe, ...]
+    bounds: Bounds
+    target: float
+    mode: str
+    engines: int
+    config: Dict[str, Any]
+    at_lo: Dict[str, Any] = field(default_factory=dict)
+    cost: Optional[Cost] = None
+    infeasible: bool = False
+    reason: Optional[str] = None
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def attainment_zero_load(self) -> Optional[float]:
+        """``A_0``."""
+        return self.bounds.attainment_zero_load
+
+    @property
+    def per_gpu_goodput(self) -> float:
+        """Goodput / (engines tp)."""
+        return self.goodput / (self.engines * int(self.config.get("tp", 1)))
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The JSON document of SPEC 9 (``--json``)."""
+        b = self.bounds
+        return {"goodput": self.goodput, "lo": self.lo, "hi": self.hi,
+                "crossing": self.crossing, "lambda_tok": b.lambda_tok,
+                "lambda_mix": b.lambda_mix, "lambda_slot": b.lambda_slot,
+                "lambda_kv": b.lambda_kv, "exact_bound": b.exact,
+                "attainment_zero_load": b.attainment_zero_load,
+                "per_gpu_goodput": self.per_gpu_goodput, "target": self.target,
+                "mode": self.mode, "engines": self.engines, "infeasible": self.infeasible,
+                "reason": self.reason, "config": self.config, "at_lo": self.at_lo,
+                "cost": None if self.cost is None else vars(self.cost),
+                "probes": [p.as_dict() for p in self.probes], "seconds": self.seconds}
+
+
+def check_slo(slo: Any) -> SLO:
+    """``slo`` if ``plan`` can judge it: an :class:`SLO` gating some of TTFT,
+    TPOT and E2E (the request log's metrics)."""
+    if not isinstance(slo, SLO):
+        raise ValueError(f"slo must be an SLO (per-class SLOs are not supported by plan), "
+                         f"got {slo!r}")
+    for name in ("tbt", "sched_delay"):
+        if getattr(slo, name) is not None:
+            raise ValueError(f"slo.{name} is not supported by plan yet: the engine does not "
+                             f"record it per request; gate ttft, tpot or e2e")
+    if not slo.gated:
+        raise ValueError("slo must gate at least one of ttft, tpot, e2e; got none")
+    return slo
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The checked arguments shared by :func:`plan` and ``plan_engines``."""
+
+    base: Task
+    rules: Rules
+    bounds: Bounds
+    executor: Optional[Executor]
+    progress: Optional[bool]
+
+
+def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: int,
+          max_reps: int, n_requests: int, warmup: float, confidence: float, seed: int,
+          early_stop: bool, router: str, executor: Optional[Executor],
+          progress: Optional[bool]) -> Setup:
+    """Check every argument (ValueError naming it) and compute the bounds."""
+    if not isinstance(workload, Traffic):
+        raise ValueError(f"workload must be a Traffic(prefill, decode, cv=None), "
+                         f"got {workload!r}")
+    if not isinstance(engine, EngineSpec):
+        raise ValueError(f"engine must be an EngineSpec, got {engine!r}")
+    slo = check_slo(slo)
+    if not (isinstance(target, (int, float)) and 0 < target < 1):
+        raise ValueError(f"target must be a number in (0, 1), got {target!r}")
+    validation.choice("mode", mode, MODES)
+    if not (isinstance(reps, int) and reps >= 2):
+        raise ValueError(f"reps must be an integer >= 2 (a half-width needs two), got {reps!r}")
+    if not (isinstance(max_reps, int) and max_reps >= reps):
+        raise ValueError(f"max_reps must be an integer >= reps={reps}, got {max_reps!r}")
+    if not (isinstance(n_requests, int) and n_requests >= 2):
+        raise ValueError(f"n_requests must be an integer >= 2, got {n_requests!r}")
+    if not (isinstance(warmup, (int, float)) and 0 <= warmup < 10):
+        raise ValueError(f"warmup must be a number in [0, 10) (a share of n_requests), "
+                         f"got {warmup!r}")
+    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    validation.nonnegative_int("seed", seed)
+    if not isinstance(early_stop, bool):
+        raise ValueError(f"early_stop must be True or False, got {early_stop!r}")
+    validation.choice("router", router, ROUTERS)
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise ValueError(f"executor must be a concurrent.futures Executor, got {executor!r}")
+    bounds = Bounds.of(engine.latency, engine.bmax, workload.prefill_law, workload.decode_law,
+                       kmax=engine.kmax, slo=slo, seed=seed)
+    base = Task(workload, engine, slo, 1.0, 0, seed, math.ceil(warmup * n_requests),
+                n_requests, float(target), mode, early_stop, 1, router)
+    return Setup(base, Rules(float(target), float(confidence), reps, max_reps), bounds,
+                 executor, progress)
+
+
+class _Bar:
+    """A tqdm bar on stderr when it is a terminal (or ``progress`` is true)."""
+
+    def __init__(self, progress: Optional[bool], unit: str = "rep") -> None:
+        from tqdm import tqdm
+        shown = sys.stderr.isatty() if progress is None else progress
+        self.bar = tqdm(total=None, unit=unit, disable=not shown, file=sys.stderr)
+
+    def __enter__(self) -> Any:
+        return self.bar
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.close()
+
+
+def at_rate(p: Probe) -> Dict[str, Any]:
+    """TTFT/TPOT quantiles (``[mean, 95 % CI half-width]`` across replications),
+    busy fraction and mean batch of a probe's replications."""
+    out: Dict[str, Any] = {"rate": p.rate, "attainment": p.mean, "hw": p.hw}
+    for metric in LATENCIES:
+        for i, q in enumerate(QUANTILES):
+            mean, half, _ = mean_ci(getattr(r, metric)[i] for r in p.runs)
+            out[f"{metric}_{q}"] = [mean, half]
+    for name in ("busy_fraction", "mean_batch"):
+        mean, half, _ = mean_ci(getattr(r, name) for r in p.runs)
+        out[name] = [mean, half]
+    return out
+
+
+def crossing(probes: List[Probe], target: float) -> Optional[float]:
+    """Where the mean attainment crosses ``target``: linear interpolation
+    between the simulated probes of neighbouring rates around it."""
+    points = sorted((p.rate, p.mean) for p in probes if p.reps and p.mean is not None)
+    for (r0, a0), (r1, a1) in zip(points, points[1:]):
+        if a0 >= target > a1:
+            return r0 + (a0 - target) / (a0 - a1) * (r1 - r0)
+    return None
+
+
+def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
+            ) -> Iterator[Probe]:
+    """The probes of the search, in order (SPEC 8.7 items 1, 5)."""
+    limit = s.bounds.limit * engines
+    lo = 0.0
+    count = 0
+    if s.bounds.exact:
+        hi = limit
+        yield Probe(hi, engines, 0, None, None, FAIL,
+                    note="at or above the token/slot bound: no policy keeps up (Theorem 2)")
+    else:
+        hi = 1.1 * limit
+        while count < max_probes:
+            p = probe(s.base, hi, engines, s.rules, s.executor, bar)
+            count += 1
+            yield p
+            if p.decision != PASS:
+                if p.decision == BOUNDARY:
+                    return
+                break
+            lo, hi = hi, 2 * hi
+    while count < max_probes and hi - lo > rel_tol * hi:
+        rate = (lo + hi) / 2
+        p = probe(s.base, rate, engines, s.rules, s.executor, bar)
+        count += 1
+        yield p
+        if p.decision == PASS:
+            lo = rate
+        elif p.decision == FAIL:
+            hi = rate
+        else:
+            return
+
+
+def plan(workload: Traffic, engine: EngineSpec, slo: SLO, target: float = 0.9, *,
+         mode: str = "joint", reps: int = 5, max_reps: int = 20, n_requests: int = 2000,
+         warmup: float = 0.1, rel_tol: float = 0.02, confidence: float = 0.95, seed: int = 0,
+         max_probes: int = 30, early_stop: bool = True, engines: int = 1,
+         router: str = "jsq-tokens", executor: Optional[Executor] = None,
+         progress: Optional[bool] = None, price: Optional[float] = None) -> PlanResult:
+    """The goodput of ``engine`` (``engines`` of them behind ``router``) for
+    ``workload`` under ``slo`` at ``target`` attainment (SPEC 8.7).
+
+    Replications run in this process or on ``executor`` (any
+    ``concurrent.futures.Executor``: same result either way); ``progress``
+    shows a tqdm bar on stderr (``None``: when stderr is a terminal).  With
+    ``price`` ($/GPU-hour) the result carries the cost at the goodput.
+    Bad arguments raise ValueError naming the parameter.
+    """
+    wall = time.perf_counter()
+    validation.positive_int("engines", engines)
+    if not (isinstance(rel_tol, (int, float)) and 0 < rel_tol < 1):
+        raise ValueError(f"rel_tol must be a number in (0, 1), got {rel_tol!r}")
+    validation.positive_int("max_probes", max_probes)
+    if price is not None:
+        validation.nonnegative_number("price", price)
+    s = setup(workload, engine, slo, target, mode, reps, max_reps, n_requests, warmup,
+              confidence, seed, early_stop, router, executor, progress)
+    config = {"scheduler": engine.scheduler, "bmax": engine.bmax, "kmax": engine.kmax,
+              "latency": repr(engine.latency), "chunked": engine.chunked, "tp": engine.tp,
+              "router": router if engines > 1 else None, "workload": workload.describe(),
+              "slo": {k: v for k, v in slo.gated.items()}, "n_requests": n_requests,
+              "reps": reps, "seed": seed}
+    if s.bounds.infeasible(target):
+        reason = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
+                  f"of requests meet the SLO on an empty engine (target {target})")
+        return PlanResult(0.0, 0.0, 0.0, None, (), s.bounds, target, mode, engines, config,
+                          infeasible=True, reason=reason, seconds=time.perf_counter() - wall)
+    probes: List[Probe] = []
+    with _Bar(progress) as bar:
+        probes.extend(_search(s, engines, max_probes, rel_tol, bar))
+    passed = [p for p in probes if p.decision == PASS]
+    failed = [p for p in probes if p.decision == FAIL]
+    lo = max((p.rate for p in passed), default=0.0)
+    hi = min((p.rate for p in failed if p.rate > lo), default=math.inf)
+    best = max(passed, key=lambda p: p.rate) if passed else None
+    at_lo = at_rate(best) if best is not None else {}
+    reason = None
+    if probes and probes[-1].decision == BOUNDARY:
+        reason = f"within statistical resolution at {probes[-1].rate:.4g} req/s"
+    cost = None
+    if price is not None and lo > 0 and best is not None and best.mean is not None:
+        cost = Cost.of(engines, engine.tp, price, lo, workload.mean_prefill,
+                       workload.mean_decode, min(1.0, best.mean))
+    return PlanResult(lo, lo, hi, crossing(probes, target), tuple(probes), s.bounds, target,
+                      mode, engines, config, at_lo, cost, False, reason,
+                      time.perf_counter() - wall)
