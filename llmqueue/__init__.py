@@ -42,8 +42,9 @@ __all__ = [
     "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose", "fit_linear",
     "fit_staircase", "from_list", "gpu", "job_summary", "kv_area", "kv_bytes_per_token",
     "kv_capacity", "kv_capacity_tokens", "lambda_joint", "make_policy", "make_router",
-    "make_view", "model", "mu_mem", "plan", "plan_engines", "poisson", "policy_names", "read_csv", "read_samples",
-    "read_trace", "register_policy", "renewal", "router_names", "simulate", "start_jobs",
+    "make_view", "model", "mu_mem", "plan", "plan_engines", "poisson", "policy_names",
+    "read_csv", "read_samples", "read_trace", "register_policy", "renewal", "router_names",
+    "simulate", "start_jobs",
     "sweeps", "theory", "tokens_time", "wait_thresholds",
 ]
 __version__ = "0.2.0"

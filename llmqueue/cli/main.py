@@ -12,6 +12,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
+from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.cli.report import COLUMNS, table
 from llmqueue.common import validation
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     sweep_cli.add_parsers(sub)
     latency_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
     cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
                          "with Theorem 2's verdict per scheduler")
     cap.add_argument("--scheduler", help="give only this scheduler's verdict")

@@ -76,7 +76,8 @@ class PlanResult:
     def as_dict(self) -> Dict[str, Any]:
         """The JSON document of SPEC 9 (``--json``)."""
         b = self.bounds
-        return {"goodput": self.goodput, "lo": self.lo, "hi": self.hi,
+        return {"goodput": self.goodput, "lo": self.lo,
+                "hi": self.hi if math.isfinite(self.hi) else None,
                 "crossing": self.crossing, "lambda_tok": b.lambda_tok,
                 "lambda_mix": b.lambda_mix, "lambda_slot": b.lambda_slot,
                 "lambda_kv": b.lambda_kv, "exact_bound": b.exact,

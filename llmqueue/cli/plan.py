@@ -1,0 +1,170 @@
+"""The ``llmqueue plan`` subcommand (SPEC 8.9, 9): an engine's goodput under an
+SLO, and with ``--engines-for RATE`` the fewest engines for a rate.
+
+The engine and workload are ``--set`` parameters of ``run single``
+(``scheduler``, ``bmax``, ``kmax``, ``chunked``, the staircase's ``c``, ``a``,
+``b0``), with ``vp``/``vd`` as size laws (``N``, ``uniform:LO:HI``,
+``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``),
+``arrival=poisson|gamma:CV``, and ``latency=roofline`` with ``gpu``,
+``model``, ``tp``, ``efficiency``.  An SLO infeasible at zero load is a
+statement, not an error (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from typing import Any, Dict, List, Optional
+
+from llmqueue import experiments
+from llmqueue.cli.report import table
+from llmqueue.experiments.base import engine_kwargs
+from llmqueue.network.routers import router_names
+from llmqueue.planning.engines import plan_engines
+from llmqueue.planning.plan import PlanResult, plan
+from llmqueue.planning.spec import EngineSpec, Traffic, parse_arrival, parse_size
+from llmqueue.sweeps.executors import open_executor
+from llmqueue.theory.slo import SLO
+
+#: Keys the plan reads itself (the rest go to `run single`'s parameters).
+OWN = ("vp", "vd", "arrival", "latency", "gpu", "model", "tp", "efficiency")
+
+
+def add_parser(sub: "argparse._SubParsersAction") -> None:
+    """Add ``plan`` to the command's subparsers."""
+    p = sub.add_parser("plan", help="goodput of an engine under an SLO (and the fewest "
+                                    "engines for a rate)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an engine or workload parameter of `run single` (repeatable); "
+                        "vp/vd take size laws, arrival=poisson|gamma:CV")
+    for name in ("ttft", "tpot", "tbt", "e2e"):
+        p.add_argument(f"--{name}", type=float, help=f"{name.upper()} threshold (s)")
+    p.add_argument("--target", type=float, default=0.9, help="attainment target (0.9)")
+    p.add_argument("--mode", default="joint", help="joint (default) or quantile")
+    p.add_argument("--reps", type=int, default=5, help="replications per round (5)")
+    p.add_argument("--requests", type=int, default=2000, help="measured requests (2000)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument("--price", type=float, help="$ per GPU-hour: adds the cost")
+    p.add_argument("--engines-for", type=float, metavar="RATE",
+                   help="also find the fewest engines for RATE requests/s")
+    p.add_argument("--router", default="jsq-tokens",
+                   help=f"router of --engines-for: {', '.join(router_names())}")
+    p.add_argument("--workers", type=int, help="run replications on N processes")
+    p.add_argument("--dask", metavar="ADDRESS", help="run replications on a Dask cluster")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--csv", metavar="FILE", help="write the probes as CSV")
+    p.add_argument("--plot", metavar="FILE", help="PNG of attainment and latency vs rate")
+    p.set_defaults(handler=cmd_plan)
+
+
+def configure(pairs: List[str]) -> tuple:
+    """``(EngineSpec, Traffic)`` from ``--set`` pairs."""
+    values: Dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
+        values[key.strip()] = value.strip()
+    for key in ("rate", "gap"):
+        if key in values:
+            raise ValueError(f"{key} cannot be set for plan: the plan searches the rate")
+    own = {k: values.pop(k) for k in OWN if k in values}
+    p = experiments.REGISTRY["single"].resolve(values)
+    kw = engine_kwargs(p)
+    latency = kw["latency"]
+    kind = own.get("latency", "staircase")
+    if kind == "roofline":
+        from llmqueue.hardware.roofline import Roofline
+        if "gpu" not in own or "model" not in own:
+            raise ValueError("latency=roofline needs gpu=NAME and model=NAME")
+        latency = Roofline(own["gpu"], own["model"], tp=int(own.get("tp", "1")),
+                           efficiency=own.get("efficiency", "default"))
+    elif kind != "staircase":
+        raise ValueError(f"latency must be staircase or roofline, got {kind!r}")
+    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], latency, kw["chunked"])
+    traffic = Traffic(parse_size("vp", own.get("vp", str(p["vp"]))),
+                      parse_size("vd", own.get("vd", str(p["vd"]))),
+                      parse_arrival(own.get("arrival", "poisson")))
+    return engine, traffic
+
+
+def _fmt(x: Optional[float], spec: str = "{:.4g}") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else spec.format(x)
+
+
+def _row(r: PlanResult) -> Dict[str, Any]:
+    b, at = r.bounds, r.at_lo
+    cost = r.cost
+    return {"label": f"{r.config['scheduler']} bmax={r.config['bmax']} "
+                     f"kmax={r.config['kmax']}",
+            "lambda_tok": b.lambda_tok, "lambda_slot": b.lambda_slot, "A_0": b.attainment_zero_load,
+            "goodput": f"{r.goodput:.4g} [{r.lo:.4g}, {r.hi:.4g}]",
+            "crossing": r.crossing, "per_gpu": r.per_gpu_goodput,
+            "A_lo": f"{_fmt(at.get('attainment'), '{:.3f}')} +- {_fmt(at.get('hw'), '{:.3f}')}",
+            "ttft_p90": (at.get("ttft_p90") or [None])[0],
+            "tpot_p90": (at.get("tpot_p90") or [None])[0],
+            "busy": (at.get("busy_fraction") or [None])[0],
+            "probes": sum(1 for p in r.probes if p.reps), "wall": r.seconds,
+            "per_hour": None if cost is None else cost.per_hour,
+            "per_m_out": None if cost is None else cost.per_million_output}
+
+
+COLUMNS = [("lambda_tok", "lambda_tok", "{:.4g}"), ("lambda_slot", "lambda_slot", "{:.4g}"),
+           ("A_0", "A_0", "{:.3f}"), ("goodput", "goodput [lo, hi]", "{}"),
+           ("crossing", "crossing", "{:.4g}"), ("per_gpu", "per GPU", "{:.4g}"),
+           ("A_lo", "A at lo", "{}"), ("ttft_p90", "TTFT p90 s", "{:.3f}"),
+           ("tpot_p90", "TPOT p90 s", "{:.3f}"), ("busy", "busy", "{:.2f}"),
+           ("probes", "probes", "{}"), ("wall", "wall s", "{:.1f}"),
+           ("per_hour", "$/h", "{:.2f}"), ("per_m_out", "$/M out", "{:.3f}")]
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    """Run ``plan`` (and ``plan_engines``) and report."""
+    engine, traffic = configure(args.set)
+    slo = SLO(ttft=args.ttft, tpot=args.tpot, tbt=args.tbt, e2e=args.e2e)
+    common = dict(mode=args.mode, reps=args.reps, n_requests=args.requests, seed=args.seed)
+    with open_executor(args.workers if args.workers or args.dask else 1, args.dask) as pool:
+        result = plan(traffic, engine, slo, args.target, executor=pool, price=args.price,
+                      **common)  # type: ignore[arg-type]
+        engines = None
+        if args.engines_for is not None and not result.infeasible:
+            engines = plan_engines(args.engines_for, traffic, engine, slo, args.target,
+                                   args.router, result.goodput or None, executor=pool,
+                                   price=args.price, **common)  # type: ignore[arg-type]
+    if args.csv:
+        probes = [p.as_dict() for p in result.probes] + \
+            ([p.as_dict() for p in engines.probes] if engines else [])
+        with open(args.csv, "w", newline="") as handle:
+            out = csv.DictWriter(handle, fieldnames=list(probes[0]) if probes else ["rate"])
+            out.writeheader()
+            out.writerows(probes)
+    if args.plot:
+        from llmqueue.plotting import save
+        from llmqueue.plotting.capacity import plot_capacity
+        save(plot_capacity(result), args.plot)
+    if args.json:
+        doc = result.as_dict()
+        if engines is not None:
+            doc["k_min"] = engines.k_min
+            doc["engines_for"] = engines.as_dict()
+        print(json.dumps(doc, default=str))
+        return
+    if result.infeasible:
+        print(f"The SLO {dict(slo.gated)} is {result.reason}.")
+        return
+    print(f"plan ({result.mode} attainment, target {result.target}): {traffic.describe()}")
+    print(table([_row(result)], COLUMNS))
+    if result.reason:
+        print(f"note: {result.reason}")
+    if engines is not None:
+        print(f"\nfewest engines for {engines.rate:g} req/s behind {engines.router}: "
+              f"K_min = {engines.k_min} (K_lb = {engines.k_lb}), load per engine "
+              f"{_fmt(engines.load, '{:.3f}')}"
+              + ("" if engines.cost is None else
+                 f", ${engines.cost.per_hour:.2f}/h, "
+                 f"${engines.cost.per_million_output:.3f}/M output tokens")
+              + (" (non-monotone)" if engines.non_monotone else ""))
+        for note in engines.notes:
+            print(f"note: {note}")
