@@ -127,12 +127,12 @@ def cmd_plan(args: argparse.Namespace) -> None:
     common = dict(mode=args.mode, reps=args.reps, n_requests=args.requests, seed=args.seed)
     with open_executor(args.workers if args.workers or args.dask else 1, args.dask) as pool:
         result = plan(traffic, engine, slo, args.target, executor=pool, price=args.price,
-                      **common)  # type: ignore[arg-type]
+                      **common)
         engines = None
         if args.engines_for is not None and not result.infeasible:
             engines = plan_engines(args.engines_for, traffic, engine, slo, args.target,
                                    args.router, result.goodput or None, executor=pool,
-                                   price=args.price, **common)  # type: ignore[arg-type]
+                                   price=args.price, **common)
     if args.csv:
         probes = [p.as_dict() for p in result.probes] + \
             ([p.as_dict() for p in engines.probes] if engines else [])

@@ -257,10 +257,10 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLO, target: float = 0.9, *
               "slo": {k: v for k, v in slo.gated.items()}, "n_requests": n_requests,
               "reps": reps, "seed": seed}
     if s.bounds.infeasible(target):
-        reason = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
-                  f"of requests meet the SLO on an empty engine (target {target})")
+        why = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
+               f"of requests meet the SLO on an empty engine (target {target})")
         return PlanResult(0.0, 0.0, 0.0, None, (), s.bounds, target, mode, engines, config,
-                          infeasible=True, reason=reason, seconds=time.perf_counter() - wall)
+                          infeasible=True, reason=why, seconds=time.perf_counter() - wall)
     probes: List[Probe] = []
     with _Bar(progress) as bar:
         probes.extend(_search(s, engines, max_probes, rel_tol, bar))
@@ -270,7 +270,7 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLO, target: float = 0.9, *
     hi = min((p.rate for p in failed if p.rate > lo), default=math.inf)
     best = max(passed, key=lambda p: p.rate) if passed else None
     at_lo = at_rate(best) if best is not None else {}
-    reason = None
+    reason: Optional[str] = None
     if probes and probes[-1].decision == BOUNDARY:
         reason = f"within statistical resolution at {probes[-1].rate:.4g} req/s"
     cost = None

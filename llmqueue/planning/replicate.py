@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from llmqueue.common.units import UNLIMITED, to_ticks
-from llmqueue.engine.clock import later_this_instant
+from llmqueue.engine.clock import later_this_instant, now_ticks
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.network.network import Network
@@ -244,7 +244,7 @@ def run_replication(task: Task) -> Run:
             if at > env.now:
                 yield env.timeout(at - env.now)
             r = Request(i, p, d)
-            r.arrival = env.now  # the engine sets it too (routing waits for the instant)
+            r.arrival = now_ticks(env)  # the engine sets it too (routing waits for the instant)
             submit(r)
             if i >= task.n_warm:
                 monitor.open.append((i - task.n_warm, r))
@@ -266,7 +266,7 @@ def run_replication(task: Task) -> Run:
     def watch() -> Generator[simpy.Event, object, None]:
         while True:
             yield env.timeout(cadence)
-            monitor.check(env.now)
+            monitor.check(now_ticks(env))
             if task.early_stop and monitor.failed() > allowed_failures(task.target, task.n_meas):
                 stopped[0] = True
                 return
@@ -276,7 +276,7 @@ def run_replication(task: Task) -> Run:
     env.process(feed())
     env.process(sample())
     env.run(until=env.process(watch()))
-    end = env.now
+    end = now_ticks(env)
     monitor.check(end, final=not stopped[0])
     failed = monitor.failed()
     attainment = 1.0 - failed / task.n_meas
