@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from llmqueue.common import validation
 from llmqueue.models.latency import tokens_time
-from llmqueue.planning.plan import _Bar, at_rate, setup
+from llmqueue.planning.plan import _Bar, at_rate, describe, setup
 from llmqueue.planning.probe import FAIL, PASS, Probe, probe
 from llmqueue.planning.spec import EngineSpec, Traffic
 from llmqueue.theory.bounds import Bounds
@@ -88,10 +88,7 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLO,
         validation.nonnegative_number("price", price)
     s = setup(workload, engine, slo, target, mode, reps, max_reps, n_requests, warmup,
               confidence, seed, early_stop, router, executor, progress)
-    config = {"scheduler": engine.scheduler, "bmax": engine.bmax, "kmax": engine.kmax,
-              "latency": repr(engine.latency), "tp": engine.tp, "router": router,
-              "workload": workload.describe(), "slo": dict(slo.gated),
-              "n_requests": n_requests, "reps": reps, "seed": seed}
+    config = describe(engine, workload, slo, router, n_requests, reps, seed)
     k_lb = k_lower(rate, s.bounds.limit)
     probes: Dict[int, Probe] = {}
     notes = []

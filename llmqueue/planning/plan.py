@@ -169,6 +169,15 @@ class _Bar:
         self.bar.close()
 
 
+def describe(engine: EngineSpec, workload: Traffic, slo: SLO, router: Optional[str],
+             n_requests: int, reps: int, seed: int) -> Dict[str, Any]:
+    """The configuration a result reports: engine, router, traffic, SLO, sizes."""
+    return {"scheduler": engine.scheduler, "bmax": engine.bmax, "kmax": engine.kmax,
+            "latency": repr(engine.latency), "chunked": engine.chunked, "tp": engine.tp,
+            "router": router, "workload": workload.describe(), "slo": dict(slo.gated),
+            "n_requests": n_requests, "reps": reps, "seed": seed}
+
+
 def at_rate(p: Probe) -> Dict[str, Any]:
     """TTFT/TPOT quantiles (``[mean, 95 % CI half-width]`` across replications),
     busy fraction and mean batch of a probe's replications."""
@@ -251,11 +260,8 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLO, target: float = 0.9, *
         validation.nonnegative_number("price", price)
     s = setup(workload, engine, slo, target, mode, reps, max_reps, n_requests, warmup,
               confidence, seed, early_stop, router, executor, progress)
-    config = {"scheduler": engine.scheduler, "bmax": engine.bmax, "kmax": engine.kmax,
-              "latency": repr(engine.latency), "chunked": engine.chunked, "tp": engine.tp,
-              "router": router if engines > 1 else None, "workload": workload.describe(),
-              "slo": {k: v for k, v in slo.gated.items()}, "n_requests": n_requests,
-              "reps": reps, "seed": seed}
+    config = describe(engine, workload, slo, router if engines > 1 else None, n_requests,
+                      reps, seed)
     if s.bounds.infeasible(target):
         why = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
                f"of requests meet the SLO on an empty engine (target {target})")
