@@ -20,13 +20,20 @@ from llmqueue.experiments import parallel
 from llmqueue.network.routers import router_names
 from llmqueue.plotting import plot_pending, save
 
+SEED = 0
+#: The table: (summary figure, heading, format) per column.
+COLUMNS = [
+    ("pending_mean", "pending mean", "{:.1f}"),
+    ("pending_max", "pending max", "{:d}"),
+    ("backlog_mean", "backlog mean", "{:.0f}"),
+    ("backlog_max", "backlog max", "{:d}"),
+    ("ttft_p50", "TTFT p50 s", "{:.2f}"),
+    ("ttft_p99", "TTFT p99 s", "{:.2f}"),
+    ("load", "load", "{:.3f}"),
+    ("completed", "done", "{:d}"),
+]
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
                     "parallel_routers.png")
-SEED = 0
-COLUMNS = [("pending_mean", "pending mean", "{:.1f}"), ("pending_max", "pending max", "{:d}"),
-           ("backlog_mean", "backlog mean", "{:.0f}"), ("backlog_max", "backlog max", "{:d}"),
-           ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p99", "TTFT p99 s", "{:.2f}"),
-           ("load", "load", "{:.3f}"), ("completed", "done", "{:d}")]
 
 
 def main() -> None:
