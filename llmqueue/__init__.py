@@ -12,7 +12,7 @@ matplotlib nor the experiments.
 """
 
 from llmqueue import sweeps, theory
-from llmqueue.engine import Diverged, Engine, Result, Stalled, simulate
+from llmqueue.engine import KV, Diverged, Engine, Result, Stalled, simulate
 from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
 from llmqueue.models import (
                              Arrival,
@@ -92,7 +92,7 @@ from llmqueue.theory.memory import (
 __all__ = [
     "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",
     "Empirical", "Engine", "FasterTransformer", "Fixed", "GPU", "Gamma", "Geometric",
-    "Interpolated", "JSQ", "JSQTokens", "JobContext", "LatencyModel", "Linear", "LogNormal",
+    "Interpolated", "JSQ", "JSQTokens", "JobContext", "KV", "LatencyModel", "Linear", "LogNormal",
     "Mixture", "ModelShape", "Network", "NetworkResult", "Orca", "Plan", "Poisson",
     "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal", "Request",
     "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "Sarathi", "SizeLaw",
