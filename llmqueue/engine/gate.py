@@ -62,39 +62,31 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder, 
     started residents, oldest (re)start first (victims come from its end).
     ``decode_need``, when given, promises that every decode item is a started
     resident and that together they need that many blocks (the engine knows
-    it without walking them); it only makes the gate faster.
+    it without walking them); the gate then takes them all at once when they
+    fit, so a choice costs O(prefill items), not O(decoders).
     """
     decode, prefill = proposal.decode, proposal.prefill
-    left = budget
-    blocks = 0
-    victims: List[Request] = []
-    accepted: Dict[int, int] = {}
-    first: List[Tuple[Request, int]] = [(r, n) for r, n in prefill if is_started(r)]
-    fast = False
-    if decode_need is not None:
-        tokens = len(decode) + sum(n for _, n in first)
-        need = decode_need + sum(kv.need(r, n, False, True) for r, n in first)
-        if tokens <= left and need <= free:
-            fast = True
-            free -= need
-            blocks += need
-            left -= tokens
-            for r, n in first:
-                accepted[id(r)] = n
-    if not fast:
-        left, free, blocks = _pass_one(decode, first, kv, free, left, blocks, started, chunked,
-                                       prefill_first, victims, accepted)
+    walk = _PassOne(kv, free, budget, started, chunked)
+    first = [(r, n, False) for r, n in prefill if is_started(r)]
+    for segment in ((first, "decode") if prefill_first else ("decode", first)):
+        if walk.ended:
+            break
+        if segment != "decode":
+            walk.items(segment)  # type: ignore[arg-type]
+        elif decode_need is None or not walk.block(len(decode), decode_need):
+            walk.items([(r, 1, True) for r in decode if is_started(r)])
+    left, free, blocks, accepted = walk.left, walk.free, walk.blocks, walk.accepted
     starts: List[Request] = []
-    if not victims:
+    if not walk.victims:
         fresh = () if decode_need is not None else decode
         left, free, blocks = _pass_two(fresh, prefill, kv, free, left, blocks, chunked,
                                        prefill_first, starts, accepted)
-    if fast:  # every decode item is started and was accepted
+    if walk.all_decoders:  # every decode item is started and was accepted
         out_decode: Sequence[Request] = decode
     else:
         out_decode = [r for r in decode if id(r) in accepted]
     out_prefill = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
-    return Gated(Plan(out_decode, out_prefill), victims, starts, blocks, free)
+    return Gated(Plan(out_decode, out_prefill), walk.victims, starts, blocks, free)
 
 
 def _items(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
@@ -104,55 +96,81 @@ def _items(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
     return pre + dec if prefill_first else dec + pre
 
 
-def _pass_one(decode: Sequence[Request], first: List[Tuple[Request, int]], kv: KV, free: int,
-              left: int, blocks: int, started: StartedOrder, chunked: bool,
-              prefill_first: bool, victims: List[Request], accepted: Dict[int, int]
-              ) -> Tuple[int, int, int]:
-    """Pass 1 item by item, preempting as needed; returns ``(left, free, blocks)``."""
-    items = _items([r for r in decode if is_started(r)], first, prefill_first)
-    gone: set = set()
-    order: Optional[Sequence[Request]] = None
-    tail = -1
-    for r, n, is_decode in items:
-        if id(r) in gone:
-            continue
-        if left <= 0:
-            break
-        if n > left:
-            if not chunked:
-                continue  # a whole prompt is never cut
-            n = left
-        need = kv.need(r, n, is_decode, True)
-        ended = False
-        while free < need:
-            if kv.preemption == "none":
-                raise KVOverflow(f"KV cache full: request {r.rid} needs {need} more blocks and "
-                                 f"{free} of {kv.blocks} are free, with preemption='none' "
-                                 "(allowed only where memory cannot overflow: admission="
-                                 "'peak'); use preemption='recompute'")
-            if order is None:
-                order = started() if callable(started) else started
-                tail = len(order) - 1
-            while tail >= 0 and (id(order[tail]) in accepted or id(order[tail]) in gone):
-                tail -= 1
-            if tail < 0:
-                raise ValueError(f"request {r.rid} holds KV but is not among the started "
-                                 "residents the gate was given")
-            victim = order[tail]
+class _PassOne:
+    """Pass 1's running state: budget and blocks left, what was accepted and
+    whom it preempted."""
+
+    def __init__(self, kv: KV, free: int, budget: int, started: StartedOrder,
+                 chunked: bool) -> None:
+        self.kv, self.free, self.left, self.started, self.chunked = (kv, free, budget, started,
+                                                                      chunked)
+        self.blocks = 0
+        self.accepted: Dict[int, int] = {}
+        self.victims: List[Request] = []
+        self.gone: set = set()
+        self.ended = False
+        self.all_decoders = False
+        self._order: Optional[Sequence[Request]] = None
+        self._tail = -1
+
+    def block(self, count: int, need: int) -> bool:
+        """Accept all ``count`` started decoders at once if they fit (``need`` blocks)."""
+        if count > self.left or need > self.free:
+            return False
+        self.left -= count
+        self.free -= need
+        self.blocks += need
+        self.all_decoders = True
+        return True
+
+    def items(self, items: Sequence[Tuple[Request, int, bool]]) -> None:
+        """Walk ``items`` one by one, preempting as needed."""
+        kv = self.kv
+        for r, n, is_decode in items:
+            if id(r) in self.gone:
+                continue
+            if self.left <= 0:
+                self.ended = True
+                return
+            if n > self.left:
+                if not self.chunked:
+                    continue  # a whole prompt is never cut
+                n = self.left
+            need = kv.need(r, n, is_decode, True)
+            while self.free < need:
+                if self._preempt_for(r, need):
+                    self.ended = True
+                    return
+            self.free -= need
+            self.blocks += need
+            self.left -= n
+            self.accepted[id(r)] = n
+
+    def _preempt_for(self, r: Request, need: int) -> bool:
+        """Preempt the latest-started resident not yet allocated; True if it is ``r``."""
+        kv = self.kv
+        if kv.preemption == "none":
+            raise KVOverflow(f"KV cache full: request {r.rid} needs {need} more blocks and "
+                             f"{self.free} of {kv.blocks} are free, with preemption='none' "
+                             "(allowed only where memory cannot overflow: admission="
+                             "'peak'); use preemption='recompute'")
+        if self._order is None:
+            self._order = self.started() if callable(self.started) else self.started
+            self._tail = len(self._order) - 1
+        order, tail = self._order, self._tail
+        accepted, gone, all_decoders = self.accepted, self.gone, self.all_decoders
+        while tail >= 0 and (id(order[tail]) in accepted or id(order[tail]) in gone
+                             or (all_decoders and order[tail].prefill_left == 0)):
             tail -= 1
-            victims.append(victim)
-            gone.add(id(victim))
-            free += kv.held_blocks(victim)
-            if victim is r:
-                ended = True
-                break
-        if ended:
-            break
-        free -= need
-        blocks += need
-        left -= n
-        accepted[id(r)] = n
-    return left, free, blocks
+        if tail < 0:
+            raise ValueError(f"request {r.rid} holds KV but is not among the started "
+                             "residents the gate was given")
+        victim = order[tail]
+        self._tail = tail - 1
+        self.victims.append(victim)
+        gone.add(id(victim))
+        self.free += kv.held_blocks(victim)
+        return victim is r
 
 
 def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,
