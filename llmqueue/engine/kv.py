@@ -113,9 +113,6 @@ class KV:
             if (not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w)
                     or not 0 <= w < 1):
                 raise ValueError(f"watermark must be a number in [0, 1) or None; got {w!r}")
-            if self.reserve >= self.blocks:
-                raise ValueError(f"watermark={w} keeps all {self.blocks} blocks free; "
-                                 "allowed: a watermark that leaves at least one block")
 
     # -- sizes -----------------------------------------------------------
     @property
