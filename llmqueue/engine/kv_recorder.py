@@ -11,10 +11,18 @@ choice); the iteration rows, recomputed tokens and the iterations with a
 preemption count when the iteration ends (as the batch counters do), and the
 memory area of a request when it finishes.  A warm-up restart clears them all
 but the levels.
+
+A run of ``k`` identical iterations (the engine's skip-ahead) allocates the
+same tokens and blocks at the start of each: :meth:`MemoryRecorder.allocate`
+announces it and :meth:`MemoryRecorder.commit` books, in closed form, the
+allocations and iteration ends that happened by a given time (the
+:class:`~llmqueue.engine.recorder.Recorder` calls it whenever it commits), so
+every figure is what stepping one iteration at a time would give.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from llmqueue.common.units import to_seconds
@@ -36,6 +44,23 @@ class KVBatch(NamedTuple):
     """Residents that took KV for the first time (since admission or preemption)."""
 
 
+@dataclass(slots=True)
+class _Run:
+    """``k`` iterations of ``t`` ticks from ``start``; the ``j``-th allocates up
+    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks."""
+
+    start: int
+    t: int
+    k: int
+    tokens: int
+    blocks: int
+    dtokens: int
+    dblocks: int
+    first: KVBatch
+    allocated: int = 1
+    done: int = 0
+
+
 class MemoryRecorder:
     """Running KV figures of one engine."""
 
@@ -55,7 +80,7 @@ class MemoryRecorder:
         self.ignored = 0
         self.area_sum = 0
         self.area_count = 0
-        self._row: Optional[KVBatch] = None
+        self._run: Optional[_Run] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
 
@@ -91,22 +116,55 @@ class MemoryRecorder:
         """A request that can never fit arrived and was rejected."""
         self.ignored += 1
 
-    def allocate(self, now: int, tokens: int, blocks: int, row: KVBatch) -> None:
-        """An iteration starts at ``now`` holding ``tokens`` / ``blocks``."""
+    def allocate(self, now: int, tokens: int, blocks: int, row: KVBatch, t: int, k: int = 1,
+                 dtokens: int = 0, dblocks: int = 0) -> None:
+        """``k`` iterations of ``t`` ticks start at ``now``: the first holds
+        ``tokens`` / ``blocks`` after its allocation (its row is ``row``), each
+        further one ``dtokens`` / ``dblocks`` more."""
         self.level(now, tokens, blocks)
-        self._row = row
+        self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row)
 
-    def iteration_done(self) -> None:
-        """The iteration announced by :meth:`allocate` ended."""
-        row = self._row
-        if row is None:
+    def commit(self, now: int) -> None:
+        """Book the allocations and iteration ends of the current run up to ``now``."""
+        run = self._run
+        if run is None:
             return
-        self._row = None
-        self.recomputed += row.recomputed_tokens
-        if row.preemptions:
-            self.preempted_iterations += 1
-        if self.log is not None:
-            self.log.append(row)
+        start, t = run.start, run.t
+        last = min(run.k - 1, (now - start) // t)  # the last allocation by now
+        first = run.allocated
+        if last >= first:
+            self._advance(start + first * t)
+            count = last - first  # allocations held for a whole iteration
+            if count:
+                js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
+                self._tokens_area += t * (count * run.tokens + run.dtokens * js)
+                self._blocks_area += t * (count * run.blocks + run.dblocks * js)
+                top = last - 1  # levels never fall within a run
+                self.tokens_max = max(self.tokens_max, run.tokens + top * run.dtokens)
+                self.blocks_max = max(self.blocks_max, run.blocks + top * run.dblocks)
+            if self.series is not None:
+                for j in range(first, last):
+                    self.series.append((start + j * t, run.tokens + j * run.dtokens,
+                                        run.blocks + j * run.dblocks))
+            self._t = start + last * t
+            self.level(self._t, run.tokens + last * run.dtokens,
+                       run.blocks + last * run.dblocks)
+            run.allocated = last + 1
+        done = min(run.k, (now - start) // t)
+        if done > run.done:
+            if run.done == 0:
+                row = run.first
+                self.recomputed += row.recomputed_tokens
+                if row.preemptions:
+                    self.preempted_iterations += 1
+            if self.log is not None:
+                self.log.extend(run.first if j == 0 else
+                                KVBatch(run.tokens + j * run.dtokens,
+                                        run.blocks + j * run.dblocks, 0, 0, 0)
+                                for j in range(run.done, done))
+            run.done = done
+            if done == run.k:
+                self._run = None
 
     def finished(self, area: int) -> None:
         """A request finished having held ``area`` token-iterations of KV."""
@@ -115,6 +173,7 @@ class MemoryRecorder:
 
     def restart(self, now: int) -> None:
         """Forget everything before ``now`` but the levels (warm-up deletion)."""
+        self.commit(now)
         self._advance(now)
         self._origin = now
         self._tokens_area = self._blocks_area = 0

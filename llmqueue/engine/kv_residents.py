@@ -257,23 +257,32 @@ class MemoryResidents(Residents):
 
     def apply(self, plan: Plan, k: int, start: int, t: int
               ) -> Tuple[List[Request], List[Request]]:
-        """Apply one iteration (``k`` must be 1), keeping the memory records."""
+        """Apply ``k`` identical iterations, keeping the memory records (``k > 1``
+        only for runs without recompute, as the scheduler makes them)."""
         n, cs = self.iterations, self._clock_sum
         decode = plan.decode
         full = len(decode) == len(self.decoding)
-        touched = [r for r, _ in plan.prefill]
+        touched = [(r, tokens) for r, tokens in plan.prefill]
         if not full:
-            touched.extend(decode)
+            touched.extend((r, 1) for r in decode)
             for r in decode:
                 self._phase_remove(r)
-        for r in touched:
+        for r, _ in touched:
             self._settle(r, n, cs)
+        c0 = self.clock[0]
         prefilled, finished = super().apply(plan, k, start, t)
         self.started_prefilling -= len(prefilled)  # served, so started
         self.iterations = n = n + k
-        self._clock_sum = cs = cs + self.clock[0]
-        for r in touched:
-            self._settle(r, n, cs)
+        ticks = self.clock[0] - c0  # k for a full decode batch, else 0
+        self._clock_sum = cs = cs + k * c0 + ticks * (ticks + 1) // 2
+        if k == 1:
+            for r, _ in touched:
+                self._settle(r, n, cs)
+        else:  # their KV grew by ``tokens`` in each of the k iterations
+            for r, tokens in touched:
+                rec = r.memory
+                rec.area += k * (kv_tokens(r) - k * tokens) + tokens * k * (k + 1) // 2
+                rec.n0, rec.cs0 = n, cs
         if full:
             for r in finished:
                 self._settle(r, n, cs)

@@ -28,13 +28,16 @@ chunk, is preempted by its own next chunk and starts again, while prefill-only
 steps keep the decoders waiting (``prompt`` admission, vLLM v0's, has no such
 cycle).
 
-Skip-ahead is off: every iteration is stepped (exact, and memory makes
-consecutive iterations differ anyway: every decode adds KV).
+Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
+memory provably cannot change them: no preemption, new start or recompute in
+the choice, blocks of one token (or ``peak``), the started residents fitting
+all ``k`` allocations; otherwise, and whenever ``check_invariants`` is on,
+every iteration is stepped.
 """
 
 from __future__ import annotations
 
-from typing import Generator, NamedTuple, Optional
+from typing import Generator, NamedTuple, Optional, Tuple
 
 import simpy
 
@@ -52,6 +55,18 @@ class Choice(NamedTuple):
     plan: Plan
     preemptions: int
     starts: int
+
+
+def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
+    """Whether this choice's new starts leave the next choices the same batch:
+    they are prompts (no decoder), the policy charges decodes first, and they
+    close the plan's prefill chunks, so next time, started, they are walked in
+    pass 1 in the same place of the budget as now in pass 2."""
+    started = engine.last_starts
+    if getattr(engine.policy, "prefill_first", False) or len(started) > len(plan.prefill):
+        return False
+    tail = plan.prefill[len(plan.prefill) - len(started):]
+    return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
 
 
 def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import cycle)
@@ -87,6 +102,7 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
             for r in gated.starts:
                 residents.start(r)
             residents.used_tokens += gated.plan.tokens
+            engine.last_starts = gated.starts
             return Choice(gated.plan, preempted, len(gated.starts))
         if gated.victims:
             fallback = False
@@ -113,6 +129,35 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
             f"{str(policy.chunked).lower()}, {kv.blocks} blocks of {kv.block_size}); a "
             "recomputed prompt (prompt + decoded tokens under restart='keep') can outgrow "
             "bmax: allowed: chunked=true, restart='scratch', or bmax >= vp + vd")
+
+
+def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN001
+            ) -> Tuple[int, int]:
+    """How many iterations of ``plan`` may run as one under memory, and the
+    blocks each after the first adds.
+
+    Called only when this choice preempted and recomputed nothing and started
+    only prompts that the next choices walk in the same place (``_starts_repeat``):
+    then, while no resident changes phase or arrives (the engine's own
+    skip-ahead bounds), the next choices are the same batch, provided the
+    started residents keep fitting.  Every further iteration adds ``tokens``
+    KV tokens and, in blocks of one token, ``tokens`` blocks (``lazy``),
+    ``decoders`` (``prompt``: chunks are reserved) or none (``peak``); larger
+    blocks grow unevenly, so they step one iteration at a time (except
+    ``peak``).  A new start that failed keeps failing (free blocks only fall
+    during the run) and one that was not tried is still not tried.
+    """
+    kv = engine.kv
+    if kv.admission == "peak":
+        grow = 0
+    elif kv.block_size > 1:
+        return 1, 0
+    else:
+        grow = tokens if kv.admission == "lazy" else decoders
+    k = engine.repeats(plan, t)
+    if grow and k > 1:
+        k = min(k, 1 + engine.residents.free // grow)
+    return k, grow
 
 
 def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: ANN001
@@ -162,17 +207,23 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               f"progress (policy {engine.policy.name!r}, {kv!r}); a new "
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
-        recorder.start_run(start, t, 1, plan, decode, prefill, requests, residents.demand)
+        k, grow = 1, 0
+        if engine.skip_ahead and not choice.preemptions and not recomputed \
+                and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)):
+            k, grow = repeats(engine, plan, t, decode + prefill, decode)
+        recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         memory.allocate(start, residents.used_tokens, used,
                         KVBatch(residents.used_tokens, used, choice.preemptions, recomputed,
-                                choice.starts))
+                                choice.starts), t, k, decode + prefill, grow)
         if engine.check_invariants:
             check_state(residents, kv, plan)
-        yield env.timeout(t)
-        prefilled, finished = residents.apply(plan, 1, start, t)
+        yield env.timeout(k * t)
+        prefilled, finished = residents.apply(plan, k, start, t)
+        if k > 1:  # the allocations of the iterations after the first
+            residents.used_tokens += (k - 1) * (decode + prefill)
+            residents.free -= (k - 1) * grow
         now = env.now
         recorder.commit(now)
-        memory.iteration_done()
         if finished:
             for r in finished:
                 residents.release(r)

@@ -17,8 +17,8 @@
 With a KV cache (``kv=KV(...)``) the residents are a
 :class:`~llmqueue.engine.kv_residents.MemoryResidents`, the scheduler process
 is :func:`~llmqueue.engine.kv_scheduler.memory_scheduler` (the KV gate, SPEC
-7.3; no skip-ahead) and arrivals that can never fit are rejected as
-``ignored`` with a warning (SPEC 7.1).
+7.3; skip-ahead only where memory cannot change the iterations) and arrivals
+that can never fit are rejected as ``ignored`` with a warning (SPEC 7.1).
 
 Order of events at one instant (SPEC section 2): before choosing a batch the
 scheduler waits for an *end-of-instant* event, scheduled behind every ordinary
@@ -92,7 +92,9 @@ class Engine:
         if kv is not None and not isinstance(kv, KV):
             raise ValueError(f"kv must be a KV(...) or None; got {kv!r}")
         self.kv = kv
-        self.skip_ahead = skip_ahead and self.policy.stationary and kv is None
+        # with a KV cache, checking the invariants steps every iteration
+        self.skip_ahead = (skip_ahead and self.policy.stationary
+                           and not (kv is not None and check_invariants))
         slots = float("inf") if kmax is None else kmax
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
@@ -103,6 +105,7 @@ class Engine:
         self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
         self.check_plans = self._check
         self.check_invariants = check_invariants
+        self.last_starts: list = []  # the new starts of the last batch choice (KV cache)
         self._ignored_warned = False
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
@@ -226,6 +229,10 @@ class Engine:
     def batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
         """Length of one iteration of this batch, in ticks."""
         return self._batch_ticks(decode, prefill, requests)
+
+    def repeats(self, plan, t: int) -> int:  # noqa: ANN001
+        """How many identical iterations of ``plan`` (``t`` ticks each) may run as one."""
+        return self._repeats(plan, t)
 
     def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
         key = (decode, prefill, requests)
