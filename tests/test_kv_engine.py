@@ -190,3 +190,13 @@ def test_the_vllm_lazy_livelock_is_reported_not_run_forever():
 def test_kv_none_keeps_summaries_without_memory_figures():
     r = q.simulate(q.from_list(TWO), "sarathi", latency=ONE)
     assert "preemptions" not in r.summary and "kv" not in r.params
+
+
+def test_orca_charges_running_work_first_under_memory():
+    # bmax 4; A decodes from t1; B's 10-token prompt arrives at t1.  Without memory
+    # orca fills the budget with B's prompt first (no decode); with a KV cache the
+    # gate charges A's started decode first and B's new start gets the other 3.
+    rows = [(0.0, 1, 5), (1.0, 10, 1)]
+    assert labels(run(rows, "orca", bmax=4))[:2] == ["Ap1", "Bp4"]
+    assert labels(run(rows, "orca", bmax=4, kv=q.KV(capacity_tokens=100)))[:2] == \
+        ["Ap1", "A+Bp3"]

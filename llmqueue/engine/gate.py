@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from llmqueue.engine.kv import KV, is_started
+from llmqueue.engine.kv import KV, UNSTARTED, is_started
 from llmqueue.policies.view import Plan, Request
 
 #: The started residents, oldest (re)start first, or a function giving them.
@@ -53,7 +53,7 @@ class Gated(NamedTuple):
     """Blocks free after the victims' release and this allocation."""
 
 
-def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder, *,
+def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
          chunked: bool = True, prefill_first: bool = False,
          decode_need: Optional[int] = None) -> Gated:
     """Pass ``proposal`` through the KV gate.
@@ -65,6 +65,10 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder, 
     it without walking them); the gate then takes them all at once when they
     fit, so a choice costs O(prefill items), not O(decoders).
     """
+    if decode_need is not None and not prefill_first:
+        quick = _quick(proposal, kv, free, budget, chunked, decode_need)
+        if quick is not None:
+            return quick
     decode, prefill = proposal.decode, proposal.prefill
     walk = _PassOne(kv, free, budget, started, chunked)
     first = [(r, n, False) for r, n in prefill if is_started(r)]
@@ -87,6 +91,63 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder, 
         out_decode = [r for r in decode if id(r) in accepted]
     out_prefill = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
     return Gated(Plan(out_decode, out_prefill), walk.victims, starts, blocks, free)
+
+
+def _quick(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
+           decode_need: int) -> Optional[Gated]:
+    """The gate when nobody needs preempting (the common case), decodes first:
+    the same decisions as the walk below, or ``None`` when pass 1 would preempt."""
+    decode, prefill = proposal.decode, proposal.prefill
+    left = budget - len(decode)
+    if left < 0 or decode_need > free:
+        return None
+    free -= decode_need
+    blocks = decode_need
+    ours: List[Tuple[Request, int]] = []
+    fresh: List[Tuple[Request, int]] = []
+    for item in prefill:
+        r, n = item
+        if r.seq >= UNSTARTED:
+            fresh.append(item)
+            continue
+        if left <= 0:
+            break
+        if n > left:
+            if not chunked:
+                continue
+            n = left
+            item = (r, n)
+        need = kv.need(r, n, False, True)
+        if need > free:
+            return None
+        free -= need
+        blocks += need
+        left -= n
+        ours.append(item)
+    starts: List[Request] = []
+    if fresh:
+        reserve = kv.reserve
+        for item in fresh:
+            r, n = item
+            if left <= 0:
+                break
+            if n > left:
+                if not chunked:
+                    break
+                n = left
+                item = (r, n)
+            need = kv.need(r, n, False, False)
+            if free - need < reserve:
+                break
+            free -= need
+            blocks += need
+            left -= n
+            ours.append(item)
+            starts.append(r)
+        if starts and any(r.seq < UNSTARTED for r, _ in prefill[prefill.index(fresh[0]):]):
+            accepted = {id(r): n for r, n in ours}  # proposal order, interleaved
+            ours = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
+    return Gated(Plan(decode, ours), [], starts, blocks, free)
 
 
 def _items(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],

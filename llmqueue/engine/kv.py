@@ -27,7 +27,7 @@ mode reserves ``vp + vd``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from llmqueue.common.units import ceil_div
@@ -114,28 +114,23 @@ class KV:
                     or not 0 <= w < 1):
                 raise ValueError(f"watermark must be a number in [0, 1) or None; got {w!r}")
 
-    # -- sizes -----------------------------------------------------------
-    @property
-    def blocks(self) -> int:
-        """``N``, the blocks in the cache."""
-        if self.num_blocks is not None:
-            return self.num_blocks
-        return self.capacity_tokens // self.block_size  # type: ignore[operator]
+        # derived sizes, read on every batch choice: computed once
+        blocks = (self.num_blocks if self.num_blocks is not None
+                  else self.capacity_tokens // self.block_size)  # type: ignore[operator]
+        share = DEFAULT_WATERMARK[self.admission] if self.watermark is None else self.watermark
+        object.__setattr__(self, "blocks", blocks)
+        object.__setattr__(self, "tokens", blocks * self.block_size)
+        object.__setattr__(self, "watermark_share", share)
+        object.__setattr__(self, "reserve", math.floor(share * blocks))
 
-    @property
-    def tokens(self) -> int:
-        """``N * B``, the tokens the cache holds."""
-        return self.blocks * self.block_size
-
-    @property
-    def watermark_share(self) -> float:
-        """The watermark in force (the mode's default when none was given)."""
-        return DEFAULT_WATERMARK[self.admission] if self.watermark is None else self.watermark
-
-    @property
-    def reserve(self) -> int:
-        """``floor(watermark * N)``: blocks a new start must leave free."""
-        return math.floor(self.watermark_share * self.blocks)
+    #: ``N``, the blocks in the cache.
+    blocks: int = field(init=False, repr=False, compare=False)
+    #: ``N * B``, the tokens the cache holds.
+    tokens: int = field(init=False, repr=False, compare=False)
+    #: The watermark in force (the mode's default when none was given).
+    watermark_share: float = field(init=False, repr=False, compare=False)
+    #: ``floor(watermark * N)``: blocks a new start must leave free.
+    reserve: int = field(init=False, repr=False, compare=False)
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that ``tokens`` tokens occupy, ``ceil(tokens / B)``."""
@@ -165,6 +160,8 @@ class KV:
         decode token when ``decode``): what it will occupy after them, less
         what it occupies now (nothing if not ``started``)."""
         if self.admission == "lazy":
+            if self.block_size == 1:
+                return tokens  # a token of KV per token processed
             after = r.vp + r.vd - r.prefill_left - r.decode_left + tokens
         elif self.admission == "prompt":
             after = r.vp + r.vd - r.decode_left + (1 if decode else 0)
@@ -172,6 +169,8 @@ class KV:
             after = r.vp + r.vd
         before = self.held_tokens(r) if started else 0
         b = self.block_size
+        if b == 1:
+            return after - before
         return ceil_div(after, b) - ceil_div(before, b)
 
 

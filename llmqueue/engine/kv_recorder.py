@@ -59,6 +59,8 @@ class _Run:
     first: KVBatch
     allocated: int = 1
     done: int = 0
+    due: int = 0
+    """The time of the next allocation or iteration end to book."""
 
 
 class MemoryRecorder:
@@ -122,12 +124,12 @@ class MemoryRecorder:
         ``tokens`` / ``blocks`` after its allocation (its row is ``row``), each
         further one ``dtokens`` / ``dblocks`` more."""
         self.level(now, tokens, blocks)
-        self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row)
+        self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row, due=now + t)
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
         run = self._run
-        if run is None:
+        if run is None or now < run.due:
             return
         start, t = run.start, run.t
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
@@ -165,6 +167,7 @@ class MemoryRecorder:
             run.done = done
             if done == run.k:
                 self._run = None
+        run.due = start + min(run.allocated, run.done + 1) * t
 
     def finished(self, area: int) -> None:
         """A request finished having held ``area`` token-iterations of KV."""

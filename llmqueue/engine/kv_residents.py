@@ -36,7 +36,7 @@ import itertools
 from heapq import heapify
 from typing import List, Optional, Sequence, Tuple
 
-from llmqueue.engine.kv import FRESH, KV, PREEMPTED, is_started, kv_tokens
+from llmqueue.engine.kv import FRESH, KV, PREEMPTED, UNSTARTED, kv_tokens
 from llmqueue.engine.residents import Residents
 from llmqueue.policies.view import _NO_CLOCK, Plan, Request, SimpleView
 
@@ -87,6 +87,8 @@ class MemoryResidents(Residents):
         self._next_start = 0
         self._front = PREEMPTED
         self.phase: Optional[List[int]] = [0] * kv.block_size if kv.block_size > 1 else None
+        self.scarred = 0
+        """Residents that were preempted at least once (only they recompute)."""
         self.redo: dict = {}
 
     # -- joining ---------------------------------------------------------
@@ -108,10 +110,12 @@ class MemoryResidents(Residents):
         super()._start_decoding(r)
         if r.first_token is not None:
             self._fresh.pop()  # it decoded before a preemption: keep its first token
-        if is_started(r):
-            self._phase_add(r)
-            if kv_tokens(r) < r.memory.high:
-                r.memory.redo = True
+        if r.seq < UNSTARTED:
+            if self.phase is not None:
+                self._phase_add(r)
+            rec = r.memory
+            if rec.high and r.vp + r.vd - r.prefill_left - r.decode_left < rec.high:
+                rec.redo = True
                 self.redo[id(r)] = r
 
     def _phase_add(self, r: Request) -> None:
@@ -193,6 +197,8 @@ class MemoryResidents(Residents):
         rec = r.memory
         self._settle(r, self.iterations, self._clock_sum)
         held = kv_tokens(r)
+        if not rec.preemptions:
+            self.scarred += 1
         rec.high = max(rec.high, held)
         rec.preemptions += 1
         if rec.redo:
@@ -233,12 +239,16 @@ class MemoryResidents(Residents):
         self.free += self.kv.held_blocks(r)
         self.used_tokens -= r.vp + r.vd
         self.total_tokens -= r.vp + r.vd
+        if r.memory.preemptions:
+            self.scarred -= 1
 
     # -- one iteration ---------------------------------------------------
     def recompute(self, plan: Plan) -> int:
         """Tokens of ``plan`` that re-process positions already processed
         once (booked on their requests)."""
         total = 0
+        if not self.scarred:
+            return 0
         for r, tokens in plan.prefill:
             high = r.memory.high
             if high:
@@ -262,32 +272,42 @@ class MemoryResidents(Residents):
         n, cs = self.iterations, self._clock_sum
         decode = plan.decode
         full = len(decode) == len(self.decoding)
-        touched = [(r, tokens) for r, tokens in plan.prefill]
+        touched = plan.prefill
         if not full:
+            touched = list(touched)
             touched.extend((r, 1) for r in decode)
-            for r in decode:
-                self._phase_remove(r)
-        for r, _ in touched:
-            self._settle(r, n, cs)
-        c0 = self.clock[0]
+            if self.phase is not None:
+                for r in decode:
+                    self._phase_remove(r)
+        clock = self.clock
+        for r, _ in touched:  # book their areas so far: their KV is about to change
+            rec = r.memory
+            dn = n - rec.n0
+            if dn:
+                if r.clock is clock:
+                    rec.area += (r.vp + r.vd - r.end_mark) * dn + cs - rec.cs0
+                else:
+                    rec.area += (r.vp + r.vd - r.prefill_left - r.end_mark) * dn
+        c0 = clock[0]
         prefilled, finished = super().apply(plan, k, start, t)
-        self.started_prefilling -= len(prefilled)  # served, so started
+        if prefilled:
+            self.started_prefilling -= len(prefilled)  # served, so started
         self.iterations = n = n + k
-        ticks = self.clock[0] - c0  # k for a full decode batch, else 0
+        ticks = clock[0] - c0  # k for a full decode batch, else 0
         self._clock_sum = cs = cs + k * c0 + ticks * (ticks + 1) // 2
-        if k == 1:
-            for r, _ in touched:
-                self._settle(r, n, cs)
-        else:  # their KV grew by ``tokens`` in each of the k iterations
-            for r, tokens in touched:
-                rec = r.memory
-                rec.area += k * (kv_tokens(r) - k * tokens) + tokens * k * (k + 1) // 2
-                rec.n0, rec.cs0 = n, cs
+        grown = k * (k + 1) // 2
+        for r, tokens in touched:  # their KV grew by ``tokens`` in each of the k iterations
+            rec = r.memory
+            held = r.vp + r.vd - r.prefill_left - r.decode_left
+            rec.area += k * (held - k * tokens) + tokens * grown
+            rec.n0 = n
+            rec.cs0 = cs
         if full:
             for r in finished:
                 self._settle(r, n, cs)
-                self._phase_remove(r)
-        else:
+                if self.phase is not None:
+                    self._phase_remove(r)
+        elif self.phase is not None:
             for r in decode:
                 if r.finished is None:
                     self._phase_add(r)
@@ -296,7 +316,7 @@ class MemoryResidents(Residents):
                 if r.finished is not None or kv_tokens(r) >= r.memory.high:
                     r.memory.redo = False
                     del self.redo[id(r)]
-        for r in prefilled:
+        for r in prefilled:  # its first prefill end stays its prefill end
             rec = r.memory
             if rec.first_prefill is None:
                 rec.first_prefill = r.prefill_done
@@ -317,5 +337,5 @@ class MemoryResidents(Residents):
             if r.clock is self.clock:
                 rec.area += (r.vp + r.vd - r.end_mark) * dn + cs - rec.cs0
             else:
-                rec.area += kv_tokens(r) * dn
+                rec.area += (r.vp + r.vd - r.prefill_left - r.end_mark) * dn  # clock 0
         rec.n0, rec.cs0 = n, cs

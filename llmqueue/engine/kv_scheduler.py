@@ -63,7 +63,7 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
     close the plan's prefill chunks, so next time, started, they are walked in
     pass 1 in the same place of the budget as now in pass 2."""
     started = engine.last_starts
-    if getattr(engine.policy, "prefill_first", False) or len(started) > len(plan.prefill):
+    if engine.prefill_first or len(started) > len(plan.prefill):
         return False
     tail = plan.prefill[len(plan.prefill) - len(started):]
     return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
@@ -74,14 +74,14 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
     when the policy asked to idle."""
     residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
     recorder = engine.recorder
-    prefill_first = getattr(policy, "prefill_first", False)
+    prefill_first = engine.prefill_first
     preempted = 0
     fallback = False
     while True:
         free = residents.free
         cap = min(budget, free * kv.block_size) if engine.fcfs else None
         view = residents.view(cap, started_only=fallback)
-        proposal = policy(view, UNLIMITED)
+        proposal = policy.plan(view, UNLIMITED)
         if proposal is IDLE:
             return None
         if engine.check_plans:
@@ -89,8 +89,8 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
         hint = None
         if proposal.decode is residents.decoding and not residents.unstarted_decoders:
             hint = residents.decode_need()
-        gated = gate(proposal, kv, free, budget, residents.started_order,
-                     chunked=policy.chunked, prefill_first=prefill_first, decode_need=hint)
+        gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
+                     prefill_first, hint)
         if gated.victims:
             now = engine.env.now
             dropped = residents.preempt(gated.victims, kv.restart)
@@ -101,7 +101,6 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
         if gated.plan:
             for r in gated.starts:
                 residents.start(r)
-            residents.used_tokens += gated.plan.tokens
             engine.last_starts = gated.starts
             return Choice(gated.plan, preempted, len(gated.starts))
         if gated.victims:
@@ -194,6 +193,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         for _, tokens in plan.prefill:
             prefill += tokens
         requests = decode + len(plan.prefill)
+        residents.used_tokens += decode + prefill
         t = engine.batch_ticks(decode, prefill, requests)
         start = env.now
         recomputed = residents.recompute(plan)

@@ -106,6 +106,7 @@ class Engine:
         self.check_plans = self._check
         self.check_invariants = check_invariants
         self.last_starts: list = []  # the new starts of the last batch choice (KV cache)
+        self.prefill_first = bool(getattr(self.policy, "prefill_first", False))
         self._ignored_warned = False
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
@@ -230,9 +231,6 @@ class Engine:
         """Length of one iteration of this batch, in ticks."""
         return self._batch_ticks(decode, prefill, requests)
 
-    def repeats(self, plan, t: int) -> int:  # noqa: ANN001
-        """How many identical iterations of ``plan`` (``t`` ticks each) may run as one."""
-        return self._repeats(plan, t)
 
     def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
         key = (decode, prefill, requests)
@@ -260,6 +258,9 @@ class Engine:
         if k > 1 and self.until is not None:
             k = min(k, (self.until - env.now - 1) // t)
         return max(k, 1)
+
+    #: How many identical iterations of a plan may run as one (the KV scheduler asks too).
+    repeats = _repeats
 
     def _scheduler(self) -> Generator[simpy.Event, object, None]:
         env, residents, recorder = self.env, self.residents, self.recorder
