@@ -12,7 +12,7 @@ matplotlib nor the experiments.
 """
 
 from llmqueue import sweeps, theory
-from llmqueue.engine import Diverged, Engine, Result, Stalled, simulate
+from llmqueue.engine import KV, Diverged, Engine, Result, Stalled, simulate
 from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
 from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma, Geometric,
                              Interpolated, LatencyModel, Linear, LogNormal, Mixture, Poisson,
@@ -33,18 +33,18 @@ from llmqueue.theory.slo import SLO
 
 __all__ = [
     "Arrival", "ArrivalLaw", "ClassPriority", "Constant", "Diverged", "Efficiency",
-    "Empirical", "Engine", "EngineSpec", "FasterTransformer", "Fixed", "GPU", "Gamma", "Geometric",
-    "Interpolated", "JSQ", "JSQTokens", "JobContext", "LatencyModel", "Linear", "LogNormal",
-    "Mixture", "ModelShape", "Network", "NetworkResult", "Orca", "Plan", "Poisson",
-    "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal", "Request",
-    "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "SLO", "Sarathi", "SizeLaw",
-    "Staircase", "Stalled", "StepFill", "StepModel", "Trace", "TraceTimes", "Traffic", "UniformInt",
-    "VLLM", "WholePrefill", "Workload", "by_class", "class_stream", "compose", "fit_linear",
-    "fit_staircase", "from_list", "gpu", "job_summary", "kv_area", "kv_bytes_per_token",
-    "kv_capacity", "kv_capacity_tokens", "lambda_joint", "make_policy", "make_router",
-    "make_view", "model", "mu_mem", "plan", "plan_engines", "poisson", "policy_names",
-    "read_csv", "read_samples", "read_trace", "register_policy", "renewal", "router_names",
-    "simulate", "start_jobs",
-    "sweeps", "theory", "tokens_time", "wait_thresholds",
+    "Empirical", "Engine", "EngineSpec", "FasterTransformer", "Fixed", "GPU", "Gamma",
+    "Geometric", "Interpolated", "JSQ", "JSQTokens", "JobContext", "KV", "LatencyModel",
+    "Linear", "LogNormal", "Mixture", "ModelShape", "Network", "NetworkResult", "Orca",
+    "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal",
+    "Request", "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "SLO",
+    "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
+    "TraceTimes", "Traffic", "UniformInt", "VLLM", "WholePrefill", "Workload", "by_class",
+    "class_stream", "compose", "fit_linear", "fit_staircase", "from_list", "gpu",
+    "job_summary", "kv_area", "kv_bytes_per_token", "kv_capacity", "kv_capacity_tokens",
+    "lambda_joint", "make_policy", "make_router", "make_view", "model", "mu_mem", "plan",
+    "plan_engines", "poisson", "policy_names", "read_csv", "read_samples", "read_trace",
+    "register_policy", "renewal", "router_names", "simulate", "start_jobs", "sweeps",
+    "theory", "tokens_time", "wait_thresholds",
 ]
 __version__ = "0.2.0"

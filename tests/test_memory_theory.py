@@ -72,10 +72,11 @@ def test_mean_kv_area_is_the_average_of_kv_area():
 
 # --- SPEC 7.8.2 ---------------------------------------------------------------
 def test_7_8_2_memory_binds_far_below_bmax():
-    # Staircase requires a > 0 (Staircase(c=0.0372, a=0, b0=1) raises), so the
-    # constant iteration time of 7.8 is Constant(0.0372).
+    # SPEC 9 allows a = 0 with c > 0: 7.8's constant iteration time is
+    # Staircase(c=0.0372, a=0, b0=1), the same as Constant(0.0372); c = a = 0 is refused.
+    assert Staircase(c=0.0372, a=0, b0=1).batch_time(7, 300, 2) == 0.0372
     with pytest.raises(ValueError, match="a must be"):
-        Staircase(c=0.0372, a=0, b0=1)
+        Staircase(c=0, a=0, b0=1)
     joint = mem.lambda_joint(M_TABLE1, 805, 805, 1_078_715, 10**6, Constant(0.0372))
     assert joint.b_star == pytest.approx(196, abs=0.5)  # 131,000 * 1610 / 1,078,715
     assert joint.binding == "memory"

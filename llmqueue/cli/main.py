@@ -215,6 +215,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "load": theory.load(rate, bmax, vp, vd, latency),
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
            "params": p, "verdicts": verdicts}
+    doc.update(_memory_capacity(p, vp, vd, bmax, kmax, latency))
     if args.json:
         print(json.dumps(doc))
         return
@@ -228,9 +229,30 @@ def cmd_capacity(args: argparse.Namespace) -> None:
           f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
           f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
           f"{doc['fluid_slope']:.1f} tokens/s\n")
+    if "mu_mem" in doc:
+        print(f"KV memory       mu_mem = {doc['mu_mem']:.4g} req/s; joint capacity "
+              f"{doc['lambda_joint']:.4g} req/s, bound by {doc['binding']}\n")
     print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
                   "predicted": v["predicted"]} for n, v in verdicts.items()],
                 [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+
+
+def _memory_capacity(p: Dict[str, Any], vp: int, vd: int, bmax: int, kmax: Optional[int],
+                     latency: Any) -> Dict[str, Any]:
+    """``mu_mem``, ``lambda_joint`` and ``binding`` (SPEC 7.6, 9) when ``kv`` is set:
+    chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else whole prompts."""
+    from llmqueue.common.units import ceil_div
+    from llmqueue.experiments.base import kv_of
+    from llmqueue.theory import memory
+    kv = kv_of(p)
+    if kv is None:
+        return {}
+    chunk = bmax if p["chunked"] and vp > 0 else None
+    g = memory.kv_area(vp, vd, chunk)
+    iterations = (ceil_div(vp, chunk) if chunk else 1) + vd
+    joint = memory.lambda_joint(kv.tokens, vp, vd, g, bmax, latency, kmax=kmax,
+                                mean_iterations=iterations)
+    return {"mu_mem": joint.memory, "lambda_joint": joint.rate, "binding": joint.binding}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -14,6 +14,12 @@
   finishes or changes phase before the last of them starts), it yields one
   timeout of ``k * t_b`` instead (exact skip-ahead).
 
+With a KV cache (``kv=KV(...)``) the residents are a
+:class:`~llmqueue.engine.kv_residents.MemoryResidents`, the scheduler process
+is :func:`~llmqueue.engine.kv_scheduler.memory_scheduler` (the KV gate, SPEC
+7.3; skip-ahead only where memory cannot change the iterations) and arrivals
+that can never fit are rejected as ``ignored`` with a warning (SPEC 7.1).
+
 Order of events at one instant (SPEC section 2): before choosing a batch the
 scheduler waits for an *end-of-instant* event, scheduled behind every ordinary
 event at the current time, so progress, releases, admissions and arrivals of
@@ -22,6 +28,7 @@ that instant are all settled first.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from typing import Deque, Dict, Generator, Hashable, Optional, Tuple
 
@@ -30,10 +37,15 @@ import simpy
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
 from llmqueue.engine.clock import later_this_instant
+from llmqueue.engine.errors import Stalled
+from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_recorder import MemoryRecorder
+from llmqueue.engine.kv_residents import Held, MemoryResidents
+from llmqueue.engine.kv_scheduler import memory_scheduler
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.residents import Residents
 from llmqueue.models.latency import LatencyModel, Staircase
-from llmqueue.policies.builtin import BUILTIN, Policy
+from llmqueue.policies.builtin import BUILTIN, Policy, WholePrefill
 from llmqueue.policies.view import Request, check_plan
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
@@ -41,10 +53,6 @@ from llmqueue.policies.view import Request, check_plan
 #: instant is settled), and batch choices come last.
 ROUTING = 1.5
 END_OF_INSTANT = 2
-
-
-class Stalled(ValueError):
-    """The policy formed an empty batch while residents still have work."""
 
 
 class Diverged(Exception):
@@ -66,7 +74,8 @@ class Engine:
                  kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
                  recorder: Optional[Recorder] = None, until: Optional[int] = None,
                  skip_ahead: bool = True, max_pending: Optional[int] = None,
-                 name: str = "engine") -> None:
+                 name: str = "engine", kv: Optional[KV] = None,
+                 check_invariants: bool = False) -> None:
         self.env = env
         self.name = name
         self.bmax = validation.optional_positive_int("bmax", bmax)
@@ -80,18 +89,35 @@ class Engine:
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
         self.max_pending = validation.optional_positive_int("max_pending", max_pending)
-        self.skip_ahead = skip_ahead and self.policy.stationary
+        if kv is not None and not isinstance(kv, KV):
+            raise ValueError(f"kv must be a KV(...) or None; got {kv!r}")
+        self.kv = kv
+        # with a KV cache, checking the invariants steps every iteration
+        self.skip_ahead = (skip_ahead and self.policy.stationary
+                           and not (kv is not None and check_invariants))
         slots = float("inf") if kmax is None else kmax
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
-        self.residents = Residents()
+        self.residents = Residents() if kv is None else MemoryResidents(kv)
         self._check = not isinstance(self.policy, tuple(BUILTIN.values()))
+        #: the policy walks residents in order (the KV view may then be cut short)
+        self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
+        self.check_plans = self._check
+        self.check_invariants = check_invariants
+        self.last_starts: list = []  # the new starts of the last batch choice (KV cache)
+        self.prefill_first = bool(getattr(self.policy, "prefill_first", False))
+        self._ignored_warned = False
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
         self._wake: Optional[simpy.Event] = None
         env.process(self._gatekeeper())
-        env.process(self._scheduler())
+        if kv is None:
+            env.process(self._scheduler())
+        else:
+            if self.recorder.memory is None:
+                self.recorder.memory = MemoryRecorder(kv)
+            env.process(memory_scheduler(self))
 
     # -- what the outside sees -------------------------------------------
     def submit(self, r: Request) -> None:
@@ -103,6 +129,13 @@ class Engine:
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "
                              f"<= bmax, or chunked=true")
         r.arrival = self.env.now
+        if self.kv is not None:
+            r.memory = Held()
+            if not self.kv.fits_ever(r.vp, r.vd):
+                self._ignore(r)
+                return
+            if self._wake is not None and not self._wake.triggered:
+                self._wake.succeed()  # a policy idling on purpose waits for arrivals
         self.recorder.arrive(r.arrival, r.vp + r.vd)
         if not self.waiting and self.pool.level >= 1:
             self.pool.get(1)  # nobody is ahead: the slot is taken now
@@ -113,6 +146,19 @@ class Engine:
                 self._arrival.succeed()
         if self.max_pending is not None and self.recorder.pending > self.max_pending:
             raise Diverged(self.env.now, self.recorder.pending)
+
+    def _ignore(self, r: Request) -> None:
+        """Reject ``r``, which can never fit the KV cache (SPEC 7.1)."""
+        r.memory.ignored = True
+        self.recorder.ignore(r)
+        self.recorder.memory.ignore()
+        if not self._ignored_warned:
+            self._ignored_warned = True
+            kv = self.kv
+            warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit the KV "
+                          f"cache ({kv.blocks} blocks of {kv.block_size} tokens, "
+                          f"{kv.reserve} kept free): it is ignored; further ones are counted "
+                          "in the summary's 'ignored' without a warning", stacklevel=3)
 
     def call(self, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
@@ -170,6 +216,22 @@ class Engine:
     def _end_of_instant(self) -> simpy.Event:
         return later_this_instant(self.env, END_OF_INSTANT)
 
+    def end_of_instant(self) -> simpy.Event:
+        """An event after everything else of the current instant (batch choices wait for it)."""
+        return self._end_of_instant()
+
+    def sleep(self) -> Generator[simpy.Event, object, None]:
+        """In the scheduler process (``yield from``): wait for the next admission
+        (or, with a KV cache, the next arrival)."""
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
+
+    def batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
+        """Length of one iteration of this batch, in ticks."""
+        return self._batch_ticks(decode, prefill, requests)
+
+
     def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
         key = (decode, prefill, requests)
         t = self._ticks.get(key)
@@ -196,6 +258,9 @@ class Engine:
         if k > 1 and self.until is not None:
             k = min(k, (self.until - env.now - 1) // t)
         return max(k, 1)
+
+    #: How many identical iterations of a plan may run as one (the KV scheduler asks too).
+    repeats = _repeats
 
     def _scheduler(self) -> Generator[simpy.Event, object, None]:
         env, residents, recorder = self.env, self.residents, self.recorder

@@ -74,6 +74,7 @@ class Recorder:
         self.request_log: Optional[List[Request]] = [] if requests else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
         self.windows: List[Tuple[int, int]] = []
+        self.memory = None  # a MemoryRecorder when the engine has a KV cache
 
     # -- integrals -------------------------------------------------------
     def _advance(self, now: int) -> None:
@@ -109,6 +110,20 @@ class Recorder:
         self.backlog += tokens
         self._mark(now)
 
+    def ignore(self, r: Request) -> None:
+        """Request ``r`` arrived and was rejected at once (it can never fit the
+        KV cache): it counts as an arrival, never as pending or backlog."""
+        self.arrivals += 1
+        if self.request_log is not None:
+            self.request_log.append(r)
+
+    def add_work(self, now: int, tokens: int) -> None:
+        """``tokens`` more tokens to process at ``now`` (a preemption's recompute)."""
+        self.commit(now)
+        self._advance(now)
+        self.backlog += tokens
+        self._mark(now)
+
     def start_run(self, start: int, t: int, k: int, plan: Plan, decode: int,
                   prefill: int, requests: int, demand: int) -> None:
         """``k`` iterations of ``plan``, each ``t`` long, begin at ``start``."""
@@ -119,6 +134,8 @@ class Recorder:
 
     def commit(self, now: int) -> None:
         """Account for the iterations of the current run that ended by ``now``."""
+        if self.memory is not None:
+            self.memory.commit(now)
         run = self._run
         if run is None:
             return
@@ -195,6 +212,8 @@ class Recorder:
         self.mixed = self.decode_only = self.prefill_only = self.busy = 0
         self.wc_violations = 0
         self.ttft, self.tpot, self.e2e = array("d"), array("d"), array("d")
+        if self.memory is not None:
+            self.memory.restart(now)
 
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``, the end of the observed span."""
@@ -203,6 +222,8 @@ class Recorder:
             self.windows.append((end, self.backlog))
         self.pending_max = max(self.pending_max, self.pending)
         self.backlog_max = max(self.backlog_max, self.backlog)
+        if self.memory is not None:
+            self.memory.close(end)
 
     # -- results ---------------------------------------------------------
     def summary(self, end: int, waiting: int, residents: int) -> Summary:

@@ -71,9 +71,11 @@ class Residents:
         self._incoming = []
 
     def _start_decoding(self, r: Request) -> None:
-        # only decoders follow the shared clock: until now decode_left read vd
+        # only decoders follow the shared clock: until now decode_left read the
+        # decode tokens left (vd, or fewer after a preemption under memory)
+        left = r.end_mark - r.clock[0]
         r.clock = self.clock
-        r.end_mark = self.clock[0] + r.vd
+        r.end_mark = self.clock[0] + left
         decoding = self.decoding
         if not decoding or decoding[-1].seq < r.seq:
             decoding.append(r)

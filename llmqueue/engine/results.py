@@ -67,6 +67,27 @@ class RequestTimes(NamedTuple):
                    s(r.first_token), s(r.finished), r.vp, r.vd)
 
 
+class RequestMemory(NamedTuple):
+    """One request's KV record (runs with a KV cache)."""
+
+    id: int
+    """Request id."""
+    ignored: bool
+    """Rejected on arrival: it could never fit the cache."""
+    preemptions: int
+    """Times it was preempted."""
+    recomputed_tokens: int
+    """Tokens it processed again after preemptions."""
+    memory_area: int
+    """Σ over the iterations while resident of its KV after allocation (token-iterations)."""
+
+    @classmethod
+    def of(cls, r: Request) -> "RequestMemory":
+        """The record of request ``r`` (which ran on an engine with a KV cache)."""
+        m = r.memory
+        return cls(r.rid, m.ignored, m.preemptions, m.recomputed, m.area)
+
+
 @dataclass(frozen=True, eq=False)
 class Summary(Mapping[str, Any]):
     """The figures of one run (SPEC section 5), times in seconds.
@@ -210,6 +231,12 @@ class Result:
     """TTFT (s) of every finished request, in finishing order."""
     tpot: Optional[np.ndarray] = None
     """TPOT (s) of every finished request with vd > 1, in finishing order."""
+    kv_log: Optional[List[Any]] = None
+    """With a KV cache and ``batches=True``: a ``KVBatch`` per iteration, aligned
+    with :attr:`batch_log` (KV after allocation, preemptions, recompute, starts)."""
+    kv_series: Optional[List[Tuple[int, int, int]]] = None
+    """With a KV cache and ``timeseries=True``: ``(time ns, KV tokens, blocks)``
+    at each change."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.summary, Summary):
@@ -224,12 +251,32 @@ class Result:
         return {"label": label, **self.summary.as_dict()}
 
     def batches(self) -> List[Dict[str, Any]]:
-        """The batch log: one dict per iteration, times in seconds."""
+        """The batch log: one dict per iteration, times in seconds (with a KV
+        cache, also the fields of its ``KVBatch``)."""
         log = _need(self.batch_log, "batches")
-        return [{"start": to_seconds(b.start), "duration": to_seconds(b.duration),
+        rows = [{"start": to_seconds(b.start), "duration": to_seconds(b.duration),
                  "prefill_tokens": b.prefill_tokens, "decode_tokens": b.decode_tokens,
                  "requests": b.requests, "decode": list(b.decode), "prefill": dict(b.prefill)}
                 for b in log]
+        if self.kv_log is not None:
+            for row, kv in zip(rows, self.kv_log):
+                row.update(kv._asdict())
+        return rows
+
+    def request_memory(self) -> List[RequestMemory]:
+        """Every request's KV record, by id (runs with a KV cache)."""
+        log = _need(self.request_log, "requests")
+        if not log or log[0].memory is None:
+            raise ValueError("this run had no KV cache; run it with kv=KV(...)")
+        return [RequestMemory.of(r) for r in sorted(log, key=lambda r: r.rid)]
+
+    def kv_timeseries(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(time s, KV tokens, KV blocks)`` arrays, a point at each change."""
+        if self.kv_series is None:
+            raise ValueError("this run kept no KV series; run it with kv=KV(...) and "
+                             "timeseries=True")
+        rows = np.array(self.kv_series, dtype=float).reshape(-1, 3)
+        return rows[:, 0] / 1e9, rows[:, 1], rows[:, 2]
 
     def requests(self) -> List[RequestTimes]:
         """Every request that arrived, by id, times in seconds."""
@@ -245,25 +292,33 @@ class Result:
         """CSV ``start,duration,prefill_tokens,decode_tokens,requests,members``;
         members are ``ID:d`` (a decode token) or ``ID:pN`` (N prefill tokens)."""
         log = _need(self.batch_log, "batches")
+        kv_log = self.kv_log
         with open(path, "w", newline="") as handle:
             out = csv.writer(handle)
             out.writerow(["start", "duration", "prefill_tokens", "decode_tokens",
-                          "requests", "members"])
-            for b in log:
+                          "requests", "members"]
+                         + (list(kv_log[0]._fields) if kv_log else []))
+            for i, b in enumerate(log):
                 members = ([f"{rid}:d" for rid in b.decode]
                            + [f"{rid}:p{c}" for rid, c in b.prefill])
                 out.writerow([to_seconds(b.start), to_seconds(b.duration), b.prefill_tokens,
-                              b.decode_tokens, b.requests, " ".join(members)])
+                              b.decode_tokens, b.requests, " ".join(members)]
+                             + (list(kv_log[i]) if kv_log else []))
 
     def write_requests(self, path: str) -> None:
         """CSV ``id,arrival,admitted,prefill_done,first_token,finished,vp,vd``;
-        empty cells for what had not happened when the run ended."""
+        empty cells for what had not happened when the run ended.  With a KV
+        cache, also ``ignored,preemptions,recomputed_tokens,memory_area``."""
         rows = self.requests()
+        log = self.request_log
+        memory = self.request_memory() if log and log[0].memory is not None else None
+        extra = list(RequestMemory._fields[1:]) if memory is not None else []
         with open(path, "w", newline="") as handle:
             out = csv.writer(handle)
-            out.writerow(RequestTimes._fields)
-            for row in rows:
-                out.writerow(["" if x is None else x for x in row])
+            out.writerow(list(RequestTimes._fields) + extra)
+            for i, row in enumerate(rows):
+                cells = ["" if x is None else x for x in row]
+                out.writerow(cells + (list(memory[i][1:]) if memory is not None else []))
 
     def write_timeseries(self, path: str) -> None:
         """CSV ``time,pending,backlog``, a row at each change."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Generator, Iterable, Optional, Tuple
 
 import numpy as np
@@ -10,6 +11,8 @@ import simpy
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import wait_until
+from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_recorder import MemoryRecorder
 from llmqueue.engine.processes import Diverged, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
@@ -26,7 +29,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
              chunked: bool = True, horizon: Optional[float] = None, batches: bool = False,
              requests: bool = False, timeseries: bool = False,
              skip_ahead: bool = True, warmup: float = 0.0,
-             max_pending: Optional[int] = None) -> Result:
+             max_pending: Optional[int] = None, kv: Optional[KV] = None,
+             check_invariants: Optional[bool] = None) -> Result:
     """Simulate one engine serving ``workload``.
 
     The run ends at ``horizon`` seconds, or, without one, when every request of
@@ -36,6 +40,15 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     the backlog drift windows, cover ``[warmup, horizon]``.  ``max_pending``
     stops the run as soon as more requests are pending: the summary's verdict
     is then ``diverged`` and ``diverged_at`` the time (s).
+
+    ``kv`` gives the engine a KV cache (:class:`~llmqueue.engine.kv.KV`, SPEC 7):
+    the summary then adds the memory figures of SPEC 7.7 (``kv=None`` leaves
+    every figure as it was), ``batches`` and ``timeseries`` also keep
+    :attr:`Result.kv_log` and :attr:`Result.kv_series`, and the request log's
+    requests carry their KV record.  Every iteration is stepped (no
+    skip-ahead) when ``kv`` is set.  ``check_invariants`` checks the KV
+    invariants of SPEC 7.3 on every iteration (slow; default: the environment
+    variable ``LLMQUEUE_CHECK_INVARIANTS=1``).
     """
     if horizon is not None:
         validation.positive_number("horizon", horizon)
@@ -50,8 +63,13 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     until = to_ticks(horizon) if horizon is not None else None
     recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=batches,
                         requests=requests, timeseries=timeseries)
+    if kv is not None:
+        recorder.memory = MemoryRecorder(kv, batches=batches, timeseries=timeseries)
+    if check_invariants is None:
+        check_invariants = os.environ.get("LLMQUEUE_CHECK_INVARIANTS", "") not in ("", "0")
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
-                    until=until, skip_ahead=skip_ahead, max_pending=max_pending)
+                    until=until, skip_ahead=skip_ahead, max_pending=max_pending, kv=kv,
+                    check_invariants=bool(check_invariants))
     env.process(feed(env, engine, workload, until))
     if until is not None:
         origin = to_ticks(warmup)
@@ -66,6 +84,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         diverged = stop
     end = until if until is not None and diverged is None else env.now
     recorder.close(end)
+    if kv is not None:
+        engine.residents.book_areas()
     if recorder.request_log is not None:
         recorder.request_log.extend(engine.residents)
         recorder.request_log.extend(engine.waiting)
@@ -81,8 +101,16 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
               "latency": repr(engine.latency), "horizon": horizon, "warmup": warmup,
               "workload": getattr(workload, "description", repr(workload))}
+    memory = recorder.memory
+    if memory is not None:
+        params["kv"] = repr(kv)
+        summary = summary.with_figures(**memory.figures(
+            end, recorder.completed, recorder.batches,
+            recorder.decode_tokens + recorder.prefill_tokens))
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
-                  np.array(recorder.ttft), np.array(recorder.tpot))
+                  np.array(recorder.ttft), np.array(recorder.tpot),
+                  kv_log=memory.log if memory is not None else None,
+                  kv_series=memory.series if memory is not None else None)
 
 
 def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]

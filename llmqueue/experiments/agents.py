@@ -85,7 +85,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     name="agents",
     summary="SPEC 6.4: planner -> 3 parallel workers -> aggregator over three engines",
-    params={**engine_params(bmax=BMAX),
+    params={**engine_params(memory=False, bmax=BMAX),
             "rate": Param("float", RATE, "jobs per second (Poisson)"),
             "review": Param("float", REVIEW_P, "chance a job asks the planner for a review")},
     run=run,

@@ -9,6 +9,7 @@ from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, O
                     Tuple)
 
 from llmqueue.common.params import Param
+from llmqueue.engine.kv import ADMISSIONS, KV, RESTARTS
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
@@ -39,23 +40,54 @@ ENGINE_PARAMS: Dict[str, Param] = {
     "a": Param("float", 0.03547, "staircase time per step of b0 tokens (s)"),
     "b0": Param("int", 128, "staircase step width (tokens)", low=1),
 }
+#: The KV-cache keys (SPEC 9), part of every single-engine experiment's parameters.
+MEMORY_PARAMS: Dict[str, Param] = {
+    "kv": Param("int-or-none", None, "KV cache size in tokens (none: no memory limit)", low=1),
+    "kv_block": Param("int", 1, "KV block size (tokens)", low=1),
+    "kv_admission": Param("str", "lazy", "when KV blocks are taken", ADMISSIONS),
+    "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: not built)",
+                           ("recompute", "none", "swap")),
+    "kv_restart": Param("str", "keep", "a preempted request's new work", RESTARTS),
+    "kv_watermark": Param("float-or-none", None, "share of KV blocks a new start leaves free "
+                          "(none: 0.01 for prompt, else 0)", low=0.0),
+}
+ENGINE_PARAMS.update(MEMORY_PARAMS)
 
 
-def engine_params(**defaults: object) -> Dict[str, Param]:
+def engine_params(memory: bool = True, **defaults: object) -> Dict[str, Param]:
     """:data:`ENGINE_PARAMS` with some defaults changed (same types and help),
-    e.g. ``engine_params(bmax=512, kmax=None)``."""
+    e.g. ``engine_params(bmax=512, kmax=None)``; ``memory=False`` leaves out
+    the KV-cache keys (networks of engines do not take them yet)."""
     unknown = set(defaults) - set(ENGINE_PARAMS)
     if unknown:
         raise ValueError(f"not engine parameters: {', '.join(sorted(unknown))}; allowed: "
                          f"{', '.join(ENGINE_PARAMS)}")
     return {name: replace(p, default=defaults[name]) if name in defaults else p
-            for name, p in ENGINE_PARAMS.items()}
+            for name, p in ENGINE_PARAMS.items() if memory or name not in MEMORY_PARAMS}
 
 
 def engine_kwargs(p: Mapping[str, Any]) -> Dict[str, Any]:
     """Keyword arguments of :func:`llmqueue.simulate` from engine parameters."""
     return {"policy": p["scheduler"], "bmax": p["bmax"], "kmax": p["kmax"],
-            "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"])}
+            "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"]),
+            "kv": kv_of(p)}
+
+
+def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
+    """The :class:`~llmqueue.engine.kv.KV` the ``kv*`` parameters ask for
+    (``None`` when ``kv`` is none or absent; other ``kv_*`` keys set away from
+    their defaults without ``kv`` are an error, never ignored)."""
+    if p.get("kv") is None:
+        changed = [name for name, param in MEMORY_PARAMS.items()
+                   if name != "kv" and p.get(name, param.default) != param.default]
+        if changed:
+            verb = "needs" if len(changed) == 1 else "need"
+            raise ValueError(f"{', '.join(changed)} {verb} a KV cache: set kv=TOKENS too "
+                             "(kv is none)")
+        return None
+    return KV(capacity_tokens=p["kv"], block_size=p["kv_block"],
+              admission=p["kv_admission"], preemption=p["kv_preemption"],
+              restart=p["kv_restart"], watermark=p["kv_watermark"])
 
 
 def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],

@@ -154,7 +154,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     name="disaggregated",
     summary="prefill and decode on separate pools against the same GPUs colocated",
-    params={**engine_params(bmax=BMAX, kmax=None),
+    params={**engine_params(memory=False, bmax=BMAX, kmax=None),
             "gpus": Param("int", GPUS, "engines in all, in both modes"),
             "prefill_gpus": Param("int", PREFILL_GPUS, "of them, prefill engines (disaggregated)"),
             "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)"),

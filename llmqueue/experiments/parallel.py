@@ -83,7 +83,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     name="parallel",
     summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
-    params={**engine_params(bmax=BMAX, kmax=None),
+    params={**engine_params(memory=False, bmax=BMAX, kmax=None),
             "engines": Param("int", ENGINES, "number of identical engines K"),
             "router": Param("str", "jsq-tokens", "router (all: one total row per router)",
                             tuple(router_names()) + ("all",)),

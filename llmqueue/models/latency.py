@@ -34,6 +34,8 @@ class Staircase:
     """``t_b = c + a * ceil(b / b0)`` for a batch of ``b`` tokens (Assumption 1).
 
     The defaults are the paper's fit for CodeLlama-34B on one A100-80GB.
+    ``a = 0`` with ``c > 0`` is a constant iteration time (SPEC 9); ``a > 0``
+    allows ``c = 0``.
     """
 
     c: float = 0.01128
@@ -42,8 +44,11 @@ class Staircase:
 
     def __post_init__(self) -> None:
         validation.nonnegative_number("c", self.c)
-        validation.positive_number("a", self.a)
+        validation.nonnegative_number("a", self.a)
         validation.positive_int("b0", self.b0)
+        if self.a == 0 and self.c == 0:
+            raise ValueError("a must be > 0 when c is 0 (a batch must take time); "
+                             "allowed: a > 0, or a = 0 with c > 0 (constant time)")
 
     def batch_time(self, decode: int, prefill: int, requests: int) -> float:
         """Seconds for a batch of ``decode + prefill`` tokens."""

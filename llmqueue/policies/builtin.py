@@ -73,6 +73,9 @@ class Policy:
     stationary: bool = False
     mixed: bool = True
     work_conserving: bool = False
+    #: Whether its batches put prefill chunks before decodes (``orca``): with a
+    #: KV cache the engine's gate then charges the budget in that order.
+    prefill_first: bool = False
 
     def __init__(self, chunked: bool = True) -> None:
         if not isinstance(chunked, bool):
@@ -124,6 +127,7 @@ class Orca(Policy):
     name = "orca"
     stationary = True
     work_conserving = True
+    prefill_first = True
 
     def plan(self, view: View, budget: int) -> Plan:
         prefill = take_prefill(view.prefilling, budget, self.chunked)
@@ -274,6 +278,7 @@ class ClassPriority(Policy):
         self.name = f"{inner.name}+priority"
         self.stationary = inner.stationary
         self.work_conserving = inner.work_conserving
+        self.prefill_first = inner.prefill_first
 
     def for_engine(self, latency: LatencyModel, kmax: Optional[int]) -> "ClassPriority":
         """The wrapper around the inner policy as the engine runs it."""

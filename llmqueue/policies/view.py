@@ -27,7 +27,7 @@ class Request:
 
     __slots__ = ("rid", "seq", "klass", "vp", "vd", "prefill_left", "end_mark", "clock",
                  "arrival", "admitted", "prefill_done", "first_token", "finished",
-                 "on_prefilled", "on_finished")
+                 "on_prefilled", "on_finished", "memory")
 
     def __init__(self, rid: Hashable, vp: int, vd: int, klass: Hashable = None,
                  arrival: int = 0, seq: int = 0) -> None:
@@ -46,6 +46,7 @@ class Request:
         self.finished: Optional[int] = None
         self.on_prefilled = None
         self.on_finished = None
+        self.memory = None  # the engine's per-request KV record, when memory is on
 
     @property
     def decode_left(self) -> int:
@@ -94,6 +95,12 @@ class Plan(NamedTuple):
 
     def __bool__(self) -> bool:
         return bool(self.decode) or bool(self.prefill)
+
+
+#: What a policy returns to leave the GPU idle on purpose until the next
+#: arrival (compared by identity; SPEC 7.5's WAIT).  Only engines with a KV
+#: cache accept it; elsewhere it is an empty batch.
+IDLE = Plan((), ())
 
 
 class SimpleView(NamedTuple):

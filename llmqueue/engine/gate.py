@@ -1,0 +1,261 @@
+"""The KV gate (SPEC 7.3): which items of a policy's proposal run under memory,
+and whom memory preempts.
+
+A policy proposes as in section 3, with no token budget; the gate charges
+``bmax`` only for the items it accepts:
+
+* **pass 1**, the items of started residents (those holding KV), in proposal
+  order.  An item needs the blocks it adds (:meth:`KV.need`).  While fewer
+  blocks are free, the started resident with the latest (re)start that the
+  pass has not yet allocated is preempted (its blocks come free); if that
+  victim is the item's own resident, the item is dropped and pass 1 ends;
+* **pass 2**, new starts, in proposal order, only when pass 1 preempted
+  nobody: each starts if ``free - need >= reserve`` (the watermark); the
+  first that does not stops all further new starts (head of line).
+
+The budget: an item bigger than what is left of ``bmax`` is cut to it when
+prompts may be chunked; a whole prompt that does not fit is skipped in pass 1
+and stops pass 2.  "Proposal order" reads a plan as its decodes, then its
+prefill chunks (the other way round for a prefill-first policy, ``orca``).
+
+:func:`gate` is a pure function of the proposal, the residents' states and
+the free blocks: it changes nothing and returns what to do (:class:`Gated`).
+The engine preempts the victims, starts the new starts and allocates.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from llmqueue.engine.kv import KV, UNSTARTED, is_started
+from llmqueue.policies.view import Plan, Request
+
+#: The started residents, oldest (re)start first, or a function giving them.
+StartedOrder = Union[Sequence[Request], Callable[[], Sequence[Request]]]
+
+
+class KVOverflow(RuntimeError):
+    """Memory ran out with ``preemption="none"``."""
+
+
+class Gated(NamedTuple):
+    """What the gate decided for one proposal."""
+
+    plan: Plan
+    """The accepted items, in proposal order (chunks possibly cut to the budget)."""
+    victims: List[Request]
+    """Residents to preempt, in the order they were chosen (latest start first)."""
+    starts: List[Request]
+    """Residents that start (take KV for the first time), in proposal order."""
+    blocks: int
+    """Blocks the accepted items add."""
+    free: int
+    """Blocks free after the victims' release and this allocation."""
+
+
+def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
+         chunked: bool = True, prefill_first: bool = False,
+         decode_need: Optional[int] = None) -> Gated:
+    """Pass ``proposal`` through the KV gate.
+
+    ``free`` blocks are free, ``budget`` is ``bmax``; ``started`` lists the
+    started residents, oldest (re)start first (victims come from its end).
+    ``decode_need``, when given, promises that every decode item is a started
+    resident and that together they need that many blocks (the engine knows
+    it without walking them); the gate then takes them all at once when they
+    fit, so a choice costs O(prefill items), not O(decoders).
+    """
+    if decode_need is not None and not prefill_first:
+        quick = _quick(proposal, kv, free, budget, chunked, decode_need)
+        if quick is not None:
+            return quick
+    decode, prefill = proposal.decode, proposal.prefill
+    walk = _PassOne(kv, free, budget, started, chunked)
+    first = [(r, n, False) for r, n in prefill if is_started(r)]
+    for segment in ((first, "decode") if prefill_first else ("decode", first)):
+        if walk.ended:
+            break
+        if segment != "decode":
+            walk.items(segment)  # type: ignore[arg-type]
+        elif decode_need is None or not walk.block(len(decode), decode_need):
+            walk.items([(r, 1, True) for r in decode if is_started(r)])
+    left, free, blocks, accepted = walk.left, walk.free, walk.blocks, walk.accepted
+    starts: List[Request] = []
+    if not walk.victims:
+        fresh = () if decode_need is not None else decode
+        left, free, blocks = _pass_two(fresh, prefill, kv, free, left, blocks, chunked,
+                                       prefill_first, starts, accepted)
+    if walk.all_decoders:  # every decode item is started and was accepted
+        out_decode: Sequence[Request] = decode
+    else:
+        out_decode = [r for r in decode if id(r) in accepted]
+    out_prefill = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
+    return Gated(Plan(out_decode, out_prefill), walk.victims, starts, blocks, free)
+
+
+def _quick(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
+           decode_need: int) -> Optional[Gated]:
+    """The gate when nobody needs preempting (the common case), decodes first:
+    the same decisions as the walk below, or ``None`` when pass 1 would preempt."""
+    decode, prefill = proposal.decode, proposal.prefill
+    left = budget - len(decode)
+    if left < 0 or decode_need > free:
+        return None
+    free -= decode_need
+    blocks = decode_need
+    ours: List[Tuple[Request, int]] = []
+    fresh: List[Tuple[Request, int]] = []
+    for item in prefill:
+        r, n = item
+        if r.seq >= UNSTARTED:
+            fresh.append(item)
+            continue
+        if left <= 0:
+            break
+        if n > left:
+            if not chunked:
+                continue
+            n = left
+            item = (r, n)
+        need = kv.need(r, n, False, True)
+        if need > free:
+            return None
+        free -= need
+        blocks += need
+        left -= n
+        ours.append(item)
+    starts: List[Request] = []
+    if fresh:
+        reserve = kv.reserve
+        for item in fresh:
+            r, n = item
+            if left <= 0:
+                break
+            if n > left:
+                if not chunked:
+                    break
+                n = left
+                item = (r, n)
+            need = kv.need(r, n, False, False)
+            if free - need < reserve:
+                break
+            free -= need
+            blocks += need
+            left -= n
+            ours.append(item)
+            starts.append(r)
+        if starts and any(r.seq < UNSTARTED for r, _ in prefill[prefill.index(fresh[0]):]):
+            accepted = {id(r): n for r, n in ours}  # proposal order, interleaved
+            ours = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
+    return Gated(Plan(decode, ours), [], starts, blocks, free)
+
+
+def _items(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
+           prefill_first: bool) -> List[Tuple[Request, int, bool]]:
+    dec = [(r, 1, True) for r in decode]
+    pre = [(r, n, False) for r, n in prefill]
+    return pre + dec if prefill_first else dec + pre
+
+
+class _PassOne:
+    """Pass 1's running state: budget and blocks left, what was accepted and
+    whom it preempted."""
+
+    def __init__(self, kv: KV, free: int, budget: int, started: StartedOrder,
+                 chunked: bool) -> None:
+        self.kv, self.free, self.left, self.started, self.chunked = (kv, free, budget, started,
+                                                                      chunked)
+        self.blocks = 0
+        self.accepted: Dict[int, int] = {}
+        self.victims: List[Request] = []
+        self.gone: set = set()
+        self.ended = False
+        self.all_decoders = False
+        self._order: Optional[Sequence[Request]] = None
+        self._tail = -1
+
+    def block(self, count: int, need: int) -> bool:
+        """Accept all ``count`` started decoders at once if they fit (``need`` blocks)."""
+        if count > self.left or need > self.free:
+            return False
+        self.left -= count
+        self.free -= need
+        self.blocks += need
+        self.all_decoders = True
+        return True
+
+    def items(self, items: Sequence[Tuple[Request, int, bool]]) -> None:
+        """Walk ``items`` one by one, preempting as needed."""
+        kv = self.kv
+        for r, n, is_decode in items:
+            if id(r) in self.gone:
+                continue
+            if self.left <= 0:
+                self.ended = True
+                return
+            if n > self.left:
+                if not self.chunked:
+                    continue  # a whole prompt is never cut
+                n = self.left
+            need = kv.need(r, n, is_decode, True)
+            while self.free < need:
+                if self._preempt_for(r, need):
+                    self.ended = True
+                    return
+            self.free -= need
+            self.blocks += need
+            self.left -= n
+            self.accepted[id(r)] = n
+
+    def _preempt_for(self, r: Request, need: int) -> bool:
+        """Preempt the latest-started resident not yet allocated; True if it is ``r``."""
+        kv = self.kv
+        if kv.preemption == "none":
+            raise KVOverflow(f"KV cache full: request {r.rid} needs {need} more blocks and "
+                             f"{self.free} of {kv.blocks} are free, with preemption='none' "
+                             "(allowed only where memory cannot overflow: admission="
+                             "'peak'); use preemption='recompute'")
+        if self._order is None:
+            self._order = self.started() if callable(self.started) else self.started
+            self._tail = len(self._order) - 1
+        order, tail = self._order, self._tail
+        accepted, gone, all_decoders = self.accepted, self.gone, self.all_decoders
+        while tail >= 0 and (id(order[tail]) in accepted or id(order[tail]) in gone
+                             or (all_decoders and order[tail].prefill_left == 0)):
+            tail -= 1
+        if tail < 0:
+            raise ValueError(f"request {r.rid} holds KV but is not among the started "
+                             "residents the gate was given")
+        victim = order[tail]
+        self._tail = tail - 1
+        self.victims.append(victim)
+        gone.add(id(victim))
+        self.free += kv.held_blocks(victim)
+        return victim is r
+
+
+def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,
+              free: int, left: int, blocks: int, chunked: bool, prefill_first: bool,
+              starts: List[Request], accepted: Dict[int, int]) -> Tuple[int, int, int]:
+    """Pass 2: new starts until the first that does not fit; returns ``(left, free, blocks)``."""
+    fresh_decode = [r for r in decode if not is_started(r)]
+    fresh_prefill = [(r, n) for r, n in prefill if not is_started(r)]
+    if not fresh_decode and not fresh_prefill:
+        return left, free, blocks
+    reserve = kv.reserve
+    for r, n, is_decode in _items(fresh_decode, fresh_prefill, prefill_first):
+        if left <= 0:
+            break
+        if n > left:
+            if is_decode or not chunked:
+                break  # a whole prompt that does not fit blocks the line
+            n = left
+        need = kv.need(r, n, is_decode, False)
+        if free - need < reserve:
+            break
+        free -= need
+        blocks += need
+        left -= n
+        accepted[id(r)] = n
+        starts.append(r)
+    return left, free, blocks

@@ -1,0 +1,184 @@
+"""The KV-cache memory of one engine (SPEC 7.1-7.2): its size, its block size,
+and the rules the engine follows when memory runs short.
+
+``KV(capacity_tokens=M)`` or ``KV(num_blocks=N, block_size=B)``: the cache
+holds ``N`` blocks of ``B`` tokens (given ``M``, ``N = M // B``).  A request
+holding ``x`` tokens occupies ``ceil(x / B)`` blocks; every check is in blocks.
+
+What a *started* resident (one that holds KV) occupies depends on the
+admission mode, and is a function of its state alone, so the engine never
+stores it (:meth:`KV.held_tokens`):
+
+* ``lazy``: its KV, ``x = vp + vd - prefill_left - decode_left`` tokens;
+* ``prompt``: its KV plus the rest of its current prompt, reserved at its
+  first start: ``vp + vd - decode_left``;
+* ``peak``: its peak ``vp + vd``, reserved at its first start.
+
+``vp + vd - prefill_left - decode_left`` is the KV under both restart modes:
+after a preemption the work left is ``vp + d`` prefill and ``vd - d`` decode
+tokens (``keep``) or ``vp`` and ``vd`` (``scratch``), which adds up to
+``vp + vd`` either way, so a preempted request holds 0.
+
+Swapping to a CPU pool (``preemption="swap"``) is not built: it is refused
+with a ``ValueError``.  ``max_tokens`` for ``peak`` is not built either: peak
+mode reserves ``vp + vd``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from llmqueue.common.units import ceil_div
+from llmqueue.policies.view import Request
+
+ADMISSIONS = ("lazy", "prompt", "peak")
+PREEMPTIONS = ("recompute", "none")
+RESTARTS = ("keep", "scratch")
+#: Order keys (``Request.seq``) under memory: started residents carry their
+#: (re)start number, below :data:`UNSTARTED`; unstarted ones carry a key at or
+#: above it, preempted ones (from :data:`PREEMPTED`, latest step first) ahead of
+#: the others (from :data:`FRESH`, by admission).  Sorting by ``seq`` gives the
+#: resident order of SPEC 7.2.
+UNSTARTED = 2**61
+PREEMPTED = UNSTARTED + 2**59
+FRESH = 2**62
+#: The watermark each admission mode uses when none is given (SPEC 7.2).
+DEFAULT_WATERMARK = {"lazy": 0.0, "prompt": 0.01, "peak": 0.0}
+
+
+def _whole(name: str, value: object, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    return value
+
+
+def _one_of(name: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class KV:
+    """A KV cache and its policy: size, block size, admission, preemption.
+
+    Give exactly one of ``capacity_tokens`` (``M``) or ``num_blocks`` (``N``).
+    ``admission`` is ``lazy`` (blocks for the tokens scheduled, vLLM v1),
+    ``prompt`` (the whole prompt at the first start, vLLM v0) or ``peak``
+    (``vp + vd`` at the first start: never preempts).  ``preemption`` is
+    ``recompute`` (the victim loses its KV and starts again, ``restart`` =
+    ``keep`` its decoded tokens as prompt, or ``scratch``) or ``none`` (an
+    overflow raises).  ``watermark`` is the share of the blocks a new start
+    must leave free (default 0.01 for ``prompt``, else 0).
+    """
+
+    capacity_tokens: Optional[int] = None
+    """Cache size in tokens, ``M`` (rounded down to whole blocks)."""
+    num_blocks: Optional[int] = None
+    """Cache size in blocks, ``N``."""
+    block_size: int = 1
+    """Tokens per block, ``B`` (16 for vLLM fidelity)."""
+    admission: str = "lazy"
+    """When blocks are taken: ``lazy``, ``prompt`` or ``peak``."""
+    preemption: str = "recompute"
+    """What an overflow does: ``recompute`` or ``none`` (raise)."""
+    restart: str = "keep"
+    """A recomputed victim's new work: ``keep`` (prompt + decoded) or ``scratch``."""
+    watermark: Optional[float] = None
+    """Share of the blocks a new start leaves free (``None``: the mode's default)."""
+
+    def __post_init__(self) -> None:
+        _whole("block_size", self.block_size, 1)
+        if (self.capacity_tokens is None) == (self.num_blocks is None):
+            raise ValueError("give exactly one of capacity_tokens or num_blocks (the cache "
+                             f"size); got capacity_tokens={self.capacity_tokens!r}, "
+                             f"num_blocks={self.num_blocks!r}")
+        if self.capacity_tokens is not None:
+            _whole("capacity_tokens", self.capacity_tokens, 1)
+            if self.capacity_tokens < self.block_size:
+                raise ValueError(f"capacity_tokens must hold at least one block of "
+                                 f"block_size={self.block_size} tokens; got "
+                                 f"{self.capacity_tokens}")
+        else:
+            _whole("num_blocks", self.num_blocks, 1)
+        _one_of("admission", self.admission, ADMISSIONS)
+        if self.preemption == "swap":
+            raise ValueError("preemption='swap' is not supported yet; allowed: "
+                             f"{', '.join(PREEMPTIONS)}")
+        _one_of("preemption", self.preemption, PREEMPTIONS)
+        _one_of("restart", self.restart, RESTARTS)
+        if self.watermark is not None:
+            w = self.watermark
+            if (not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w)
+                    or not 0 <= w < 1):
+                raise ValueError(f"watermark must be a number in [0, 1) or None; got {w!r}")
+
+        # derived sizes, read on every batch choice: computed once
+        blocks = (self.num_blocks if self.num_blocks is not None
+                  else self.capacity_tokens // self.block_size)  # type: ignore[operator]
+        share = DEFAULT_WATERMARK[self.admission] if self.watermark is None else self.watermark
+        object.__setattr__(self, "blocks", blocks)
+        object.__setattr__(self, "tokens", blocks * self.block_size)
+        object.__setattr__(self, "watermark_share", share)
+        object.__setattr__(self, "reserve", math.floor(share * blocks))
+
+    #: ``N``, the blocks in the cache.
+    blocks: int = field(init=False, repr=False, compare=False)
+    #: ``N * B``, the tokens the cache holds.
+    tokens: int = field(init=False, repr=False, compare=False)
+    #: The watermark in force (the mode's default when none was given).
+    watermark_share: float = field(init=False, repr=False, compare=False)
+    #: ``floor(watermark * N)``: blocks a new start must leave free.
+    reserve: int = field(init=False, repr=False, compare=False)
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks that ``tokens`` tokens occupy, ``ceil(tokens / B)``."""
+        return ceil_div(tokens, self.block_size)
+
+    # -- requests --------------------------------------------------------
+    def fits_ever(self, vp: int, vd: int) -> bool:
+        """Whether a request of ``vp + vd`` tokens can ever finish here (SPEC 7.1):
+        ``ceil((vp + vd) / B) <= N - reserve``."""
+        return self.blocks_for(vp + vd) <= self.blocks - self.reserve
+
+    def held_tokens(self, r: Request) -> int:
+        """Tokens' worth of blocks started resident ``r`` occupies in this mode
+        (its KV, plus what the mode reserves ahead)."""
+        if self.admission == "lazy":
+            return r.vp + r.vd - r.prefill_left - r.decode_left
+        if self.admission == "prompt":
+            return r.vp + r.vd - r.decode_left
+        return r.vp + r.vd
+
+    def held_blocks(self, r: Request) -> int:
+        """Blocks started resident ``r`` occupies."""
+        return ceil_div(self.held_tokens(r), self.block_size)
+
+    def need(self, r: Request, tokens: int, decode: bool, started: bool) -> int:
+        """Blocks ``r`` must add to process ``tokens`` prefill tokens (or one
+        decode token when ``decode``): what it will occupy after them, less
+        what it occupies now (nothing if not ``started``)."""
+        if self.admission == "lazy":
+            if self.block_size == 1:
+                return tokens  # a token of KV per token processed
+            after = r.vp + r.vd - r.prefill_left - r.decode_left + tokens
+        elif self.admission == "prompt":
+            after = r.vp + r.vd - r.decode_left + (1 if decode else 0)
+        else:
+            after = r.vp + r.vd
+        before = self.held_tokens(r) if started else 0
+        b = self.block_size
+        if b == 1:
+            return after - before
+        return ceil_div(after, b) - ceil_div(before, b)
+
+
+def is_started(r: Request) -> bool:
+    """Whether resident ``r`` holds KV (its order key is a start number)."""
+    return r.seq < UNSTARTED
+
+
+def kv_tokens(r: Request) -> int:
+    """KV tokens ``r`` holds now (processed tokens of its current incarnation)."""
+    return r.vp + r.vd - r.prefill_left - r.decode_left

@@ -1,0 +1,80 @@
+"""The invariants of SPEC 7.3 step 7, checked on every iteration when asked
+(``simulate(..., check_invariants=True)`` or the environment variable
+``LLMQUEUE_CHECK_INVARIANTS=1``).  Each check walks every resident: a
+debugging aid, never on by default.
+
+At allocation (``plan`` given, the iteration about to run):
+
+* blocks in use <= N, and blocks in use = Σ over started residents of the
+  blocks they occupy after this allocation (``ceil(kv / B)`` plus the
+  reservations of ``prompt`` and ``peak``);
+* KV tokens in use = Σ of the residents' KV after this allocation;
+* no resident is served without KV for its tokens: every served resident is
+  started and its blocks cover its KV after the iteration; unstarted
+  residents hold nothing;
+* the order of SPEC 7.2: ``decoding`` and ``prefilling`` sorted by their order
+  keys, the started prefillers first.
+
+After an iteration (``plan=None``) the same, with nothing planned.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+from llmqueue.common.units import ceil_div
+from llmqueue.engine.errors import InvariantError
+from llmqueue.engine.kv import KV, is_started, kv_tokens
+from llmqueue.policies.view import Plan
+
+
+def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN001
+    """Raise :class:`InvariantError` (an ``AssertionError``) with details when
+    ``residents`` (a MemoryResidents) break an invariant of their KV cache."""
+    served: Dict[int, Tuple[int, bool]] = {}
+    if plan is not None:
+        for r in plan.decode:
+            served[id(r)] = (1, True)
+        for r, n in plan.prefill:
+            served[id(r)] = (n, False)
+    b = kv.block_size
+    blocks = tokens = 0
+    for r in residents:
+        held = kv_tokens(r)
+        n, is_decode = served.get(id(r), (0, False))
+        if not is_started(r):
+            if n or held:
+                raise InvariantError(f"request {r.rid} is unstarted (no KV) but holds {held} "
+                                     f"KV tokens or is served {n} tokens")
+            continue
+        after = held + n
+        if kv.admission == "lazy":
+            reserved = after
+        elif kv.admission == "prompt":
+            reserved = r.vp + r.vd - r.decode_left + (1 if is_decode else 0)
+        else:
+            reserved = r.vp + r.vd
+        if ceil_div(reserved, b) * b < after:
+            raise InvariantError(f"request {r.rid} is served without KV: it will hold {after} "
+                                 f"tokens in {ceil_div(reserved, b)} blocks of {b}")
+        blocks += ceil_div(reserved, b)
+        tokens += after
+    used = kv.blocks - residents.free
+    if not 0 <= used <= kv.blocks:
+        raise InvariantError(f"{used} blocks in use of {kv.blocks}")
+    if used != blocks:
+        raise InvariantError(f"{used} blocks in use, but the residents occupy {blocks}")
+    if residents.used_tokens != tokens:
+        raise InvariantError(f"{residents.used_tokens} KV tokens counted in use, but the "
+                             f"residents hold {tokens}")
+    if sum(not is_started(r) for r in residents.decoding) != residents.unstarted_decoders:
+        raise InvariantError("the count of unstarted decoders is wrong")
+    keys = [r.seq for r in residents.decoding]
+    if keys != sorted(keys):
+        raise InvariantError("decoding residents are out of (re)start order")
+    keys = [r.seq for r in residents.prefilling]
+    s = residents.started_prefilling
+    if keys != sorted(keys) or not all(map(is_started, residents.prefilling[:s])) \
+            or any(map(is_started, residents.prefilling[s:])):
+        raise InvariantError("prefilling residents are out of order (started ones first, "
+                             "then preempted ones, then the rest by admission)")

@@ -1,0 +1,210 @@
+"""What a run with a KV cache reports (SPEC 7.7), recorded as it happens.
+
+:class:`MemoryRecorder` keeps the KV in use as a step function of time (tokens
+and blocks, changing at allocations, preemptions and releases) with exact
+integer integrals for its time average and its maximum (levels held for a
+positive time, as the pending maximum), the per-iteration rows of the batch
+log (:class:`KVBatch`), and the counters behind the summary figures.
+
+Timing of the counts: preemptions count when they happen (at a batch
+choice); the iteration rows, recomputed tokens and the iterations with a
+preemption count when the iteration ends (as the batch counters do), and the
+memory area of a request when it finishes.  A warm-up restart clears them all
+but the levels.
+
+A run of ``k`` identical iterations (the engine's skip-ahead) allocates the
+same tokens and blocks at the start of each: :meth:`MemoryRecorder.allocate`
+announces it and :meth:`MemoryRecorder.commit` books, in closed form, the
+allocations and iteration ends that happened by a given time (the
+:class:`~llmqueue.engine.recorder.Recorder` calls it whenever it commits), so
+every figure is what stepping one iteration at a time would give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from llmqueue.common.units import to_seconds
+from llmqueue.engine.kv import KV
+
+
+class KVBatch(NamedTuple):
+    """What memory did in one iteration (aligned with the batch log)."""
+
+    kv_tokens: int
+    """KV tokens held after this iteration's allocation."""
+    kv_blocks: int
+    """Blocks held (reservations included) after this iteration's allocation."""
+    preemptions: int
+    """Residents preempted while this iteration's batch was chosen."""
+    recomputed_tokens: int
+    """Tokens of this iteration that re-process positions processed before."""
+    new_starts: int
+    """Residents that took KV for the first time (since admission or preemption)."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """``k`` iterations of ``t`` ticks from ``start``; the ``j``-th allocates up
+    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks."""
+
+    start: int
+    t: int
+    k: int
+    tokens: int
+    blocks: int
+    dtokens: int
+    dblocks: int
+    first: KVBatch
+    allocated: int = 1
+    done: int = 0
+    due: int = 0
+    """The time of the next allocation or iteration end to book."""
+
+
+class MemoryRecorder:
+    """Running KV figures of one engine."""
+
+    def __init__(self, kv: KV, batches: bool = False, timeseries: bool = False) -> None:
+        self.kv = kv
+        self.tokens = 0
+        self.blocks = 0
+        self.tokens_max = 0
+        self.blocks_max = 0
+        self._t = 0
+        self._origin = 0
+        self._tokens_area = 0
+        self._blocks_area = 0
+        self.preemptions = 0
+        self.preempted_iterations = 0
+        self.recomputed = 0
+        self.ignored = 0
+        self.area_sum = 0
+        self.area_count = 0
+        self._run: Optional[_Run] = None
+        self.log: Optional[List[KVBatch]] = [] if batches else None
+        self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
+
+    def _advance(self, now: int) -> None:
+        span = now - self._t
+        if span:
+            self._tokens_area += self.tokens * span
+            self._blocks_area += self.blocks * span
+            self._t = now
+            if self.tokens > self.tokens_max:
+                self.tokens_max = self.tokens
+            if self.blocks > self.blocks_max:
+                self.blocks_max = self.blocks
+
+    def level(self, now: int, tokens: int, blocks: int) -> None:
+        """KV in use changes to ``tokens`` tokens in ``blocks`` blocks at ``now``."""
+        self._advance(now)
+        self.tokens = tokens
+        self.blocks = blocks
+        series = self.series
+        if series is not None:
+            row = (now, tokens, blocks)
+            if series and series[-1][0] == now:
+                series[-1] = row
+            else:
+                series.append(row)
+
+    def preempted(self, count: int) -> None:
+        """``count`` residents were preempted now."""
+        self.preemptions += count
+
+    def ignore(self) -> None:
+        """A request that can never fit arrived and was rejected."""
+        self.ignored += 1
+
+    def allocate(self, now: int, tokens: int, blocks: int, row: KVBatch, t: int, k: int = 1,
+                 dtokens: int = 0, dblocks: int = 0) -> None:
+        """``k`` iterations of ``t`` ticks start at ``now``: the first holds
+        ``tokens`` / ``blocks`` after its allocation (its row is ``row``), each
+        further one ``dtokens`` / ``dblocks`` more."""
+        self.level(now, tokens, blocks)
+        self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row, due=now + t)
+
+    def commit(self, now: int) -> None:
+        """Book the allocations and iteration ends of the current run up to ``now``."""
+        run = self._run
+        if run is None or now < run.due:
+            return
+        start, t = run.start, run.t
+        last = min(run.k - 1, (now - start) // t)  # the last allocation by now
+        first = run.allocated
+        if last >= first:
+            self._advance(start + first * t)
+            count = last - first  # allocations held for a whole iteration
+            if count:
+                js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
+                self._tokens_area += t * (count * run.tokens + run.dtokens * js)
+                self._blocks_area += t * (count * run.blocks + run.dblocks * js)
+                top = last - 1  # levels never fall within a run
+                self.tokens_max = max(self.tokens_max, run.tokens + top * run.dtokens)
+                self.blocks_max = max(self.blocks_max, run.blocks + top * run.dblocks)
+            if self.series is not None:
+                for j in range(first, last):
+                    self.series.append((start + j * t, run.tokens + j * run.dtokens,
+                                        run.blocks + j * run.dblocks))
+            self._t = start + last * t
+            self.level(self._t, run.tokens + last * run.dtokens,
+                       run.blocks + last * run.dblocks)
+            run.allocated = last + 1
+        done = min(run.k, (now - start) // t)
+        if done > run.done:
+            if run.done == 0:
+                row = run.first
+                self.recomputed += row.recomputed_tokens
+                if row.preemptions:
+                    self.preempted_iterations += 1
+            if self.log is not None:
+                self.log.extend(run.first if j == 0 else
+                                KVBatch(run.tokens + j * run.dtokens,
+                                        run.blocks + j * run.dblocks, 0, 0, 0)
+                                for j in range(run.done, done))
+            run.done = done
+            if done == run.k:
+                self._run = None
+        run.due = start + min(run.allocated, run.done + 1) * t
+
+    def finished(self, area: int) -> None:
+        """A request finished having held ``area`` token-iterations of KV."""
+        self.area_sum += area
+        self.area_count += 1
+
+    def restart(self, now: int) -> None:
+        """Forget everything before ``now`` but the levels (warm-up deletion)."""
+        self.commit(now)
+        self._advance(now)
+        self._origin = now
+        self._tokens_area = self._blocks_area = 0
+        self.tokens_max = self.blocks_max = 0
+        self.preemptions = self.preempted_iterations = self.recomputed = self.ignored = 0
+        self.area_sum = self.area_count = 0
+
+    def close(self, end: int) -> None:
+        """Extend the integrals to ``end``."""
+        self._advance(end)
+
+    def figures(self, end: int, completed: int, batches: int, processed: int
+                ) -> Dict[str, object]:
+        """The summary figures of SPEC 7.7 and 9 over ``[origin, end]``, given the
+        run's completed requests, iterations and processed tokens there."""
+        span = end - self._origin
+        seconds = to_seconds(span)
+        return {
+            "throughput_requests_per_s": completed / seconds if span else None,
+            "preemptions": self.preemptions,
+            "preemptions_per_iteration": self.preemptions / batches if batches else None,
+            "iterations_with_preemption": (self.preempted_iterations / batches
+                                           if batches else None),
+            "recomputed_tokens": self.recomputed,
+            "recompute_fraction": self.recomputed / processed if processed else None,
+            "kv_mean": self._tokens_area / span if span else None,
+            "kv_max": self.tokens_max,
+            "kv_utilization": (self._blocks_area / span / self.kv.blocks if span else None),
+            "ignored": self.ignored,
+            "memory_area_mean": self.area_sum / self.area_count if self.area_count else None,
+        }

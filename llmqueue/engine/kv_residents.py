@@ -1,0 +1,341 @@
+"""The residents of an engine with a KV cache (SPEC 7.2-7.3, 7.7).
+
+:class:`MemoryResidents` extends :class:`~llmqueue.engine.residents.Residents`
+with what memory adds, still touching only the residents that change:
+
+* **order.**  ``Request.seq`` is an order key (:mod:`llmqueue.engine.kv`):
+  started residents carry their (re)start number, unstarted ones a larger key,
+  preempted ones (latest step first, one step's victims oldest first) ahead of
+  the others (by admission).  ``decoding`` and ``prefilling`` stay sorted by it,
+  so policies walk started residents in (re)start order, then the unstarted.
+  The first :attr:`started_prefilling` prefillers are the started ones.
+* **blocks.**  :attr:`free` blocks and :attr:`used_tokens` (the KV actually
+  held).  A started decoder's KV is ``vp + vd - end_mark + clock``, so it
+  grows with the shared decode clock and is never stored; with blocks of
+  ``B > 1`` tokens, decoders are counted by ``(vp + vd - end_mark) mod B``
+  (:attr:`phase`), and the blocks a full decode batch needs are the decoders
+  whose KV is a multiple of ``B``: one lookup, no walk.
+* **memory area** (Σ over iterations of a resident's KV after allocation):
+  with ``C_n`` the sum of the clock over the first ``n`` iterations, a decoder
+  on the clock adds ``(vp + vd - end_mark) Δn + ΔC`` between two touches, any
+  other resident ``kv Δn``; so a record is settled only when its resident is
+  touched (a chunk, a partial decode batch, a phase change, preemption).
+* **recompute.**  ``high`` is the most tokens a request ever held; tokens at
+  positions up to it are recomputed.  Under ``scratch`` a restarted decoder
+  re-decodes until its KV reaches ``high``: such decoders sit in :attr:`redo`.
+* **preemption** (:meth:`preempt`): the victim keeps its slot (releasing it
+  and retaking it at once from the front of the wait line is the same) and
+  becomes an unstarted resident with its new work (``keep``: prefill
+  ``vp + d``, decode ``vd - d``; ``scratch``: ``vp`` and ``vd``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from heapq import heapify
+from typing import List, Optional, Sequence, Tuple
+
+from llmqueue.engine.kv import FRESH, KV, PREEMPTED, UNSTARTED, kv_tokens
+from llmqueue.engine.residents import Residents
+from llmqueue.policies.view import _NO_CLOCK, Plan, Request, SimpleView
+
+
+def _seq(r: Request) -> int:
+    return r.seq
+
+
+class Held:
+    """One request's KV record (``Request.memory``)."""
+
+    __slots__ = ("preemptions", "recomputed", "high", "area", "n0", "cs0", "redo",
+                 "first_prefill", "ignored")
+
+    def __init__(self) -> None:
+        self.preemptions = 0
+        """Times it was preempted."""
+        self.recomputed = 0
+        """Tokens it processed a second (or later) time."""
+        self.high = 0
+        """Most KV tokens it ever held before its last preemption."""
+        self.area = 0
+        """Σ over iterations of its KV (token-iterations), settled to ``n0``."""
+        self.n0 = 0
+        self.cs0 = 0
+        self.redo = False
+        self.first_prefill: Optional[int] = None
+        self.ignored = False
+        """Rejected on arrival: it could never fit (SPEC 7.1)."""
+
+
+class MemoryResidents(Residents):
+    """Residents in the order of SPEC 7.2, with the KV cache they share."""
+
+    def __init__(self, kv: KV) -> None:
+        super().__init__()
+        self.kv = kv
+        self.free = kv.blocks
+        """Blocks not held."""
+        self.used_tokens = 0
+        """KV tokens held by the residents (after the current allocation)."""
+        self.total_tokens = 0
+        """Σ (vp + vd) over the residents."""
+        self.started_prefilling = 0
+        self.unstarted_decoders = 0
+        self.iterations = 0
+        self._clock_sum = 0
+        self._next_start = 0
+        self._front = PREEMPTED
+        self.phase: Optional[List[int]] = [0] * kv.block_size if kv.block_size > 1 else None
+        self.scarred = 0
+        """Residents that were preempted at least once (only they recompute)."""
+        self.redo: dict = {}
+
+    # -- joining ---------------------------------------------------------
+    def admit(self, r: Request, now: int) -> None:
+        super().admit(r, now)
+        r.seq += FRESH
+        self.total_tokens += r.vp + r.vd
+        if r.memory is None:
+            r.memory = Held()
+
+    def settle(self) -> None:
+        for r in self._incoming:
+            r.memory.n0, r.memory.cs0 = self.iterations, self._clock_sum
+            if r.prefill_left == 0:
+                self.unstarted_decoders += 1
+        super().settle()
+
+    def _start_decoding(self, r: Request) -> None:
+        super()._start_decoding(r)
+        if r.first_token is not None:
+            self._fresh.pop()  # it decoded before a preemption: keep its first token
+        if r.seq < UNSTARTED:
+            if self.phase is not None:
+                self._phase_add(r)
+            rec = r.memory
+            if rec.high and r.vp + r.vd - r.prefill_left - r.decode_left < rec.high:
+                rec.redo = True
+                self.redo[id(r)] = r
+
+    def _phase_add(self, r: Request) -> None:
+        if self.phase is not None:
+            self.phase[(r.vp + r.vd - r.end_mark) % self.kv.block_size] += 1
+
+    def _phase_remove(self, r: Request) -> None:
+        if self.phase is not None:
+            self.phase[(r.vp + r.vd - r.end_mark) % self.kv.block_size] -= 1
+
+    # -- what the gate reads --------------------------------------------
+    def view(self, cap: Optional[int] = None, started_only: bool = False) -> SimpleView:
+        """The policy's view: every started resident, then the unstarted ones.
+        With ``cap``, unstarted prefillers only until their prompts reach
+        ``cap`` tokens (always at least one): an FCFS policy's later ones could
+        not start anyway."""
+        prefilling = self.prefilling
+        s = self.started_prefilling
+        if started_only:
+            decoding = self.decoding[:len(self.decoding) - self.unstarted_decoders]
+            return SimpleView(decoding, prefilling[:s], len(self))
+        if cap is not None:
+            j, tokens, end = s, 0, len(prefilling)
+            while j < end and (j == s or tokens < cap):
+                tokens += prefilling[j].prefill_left
+                j += 1
+            if j < end:
+                prefilling = prefilling[:j]
+        return SimpleView(self.decoding, prefilling, len(self))
+
+    def started_order(self) -> List[Request]:
+        """Started residents, oldest (re)start first."""
+        decoders = self.decoding[:len(self.decoding) - self.unstarted_decoders]
+        return sorted(itertools.chain(decoders, self.prefilling[:self.started_prefilling]),
+                      key=_seq)
+
+    def any_started(self) -> bool:
+        """Whether any resident holds KV."""
+        return self.started_prefilling > 0 or len(self.decoding) > self.unstarted_decoders
+
+    def decode_need(self) -> int:
+        """Blocks a decode token for every started decoder needs now."""
+        if self.kv.admission == "peak":
+            return 0
+        if self.phase is None:
+            return len(self.decoding) - self.unstarted_decoders
+        return self.phase[-self.clock[0] % self.kv.block_size]
+
+    # -- what the gate decided ------------------------------------------
+    def start(self, r: Request) -> None:
+        """``r`` takes KV for the first time since admission or preemption."""
+        r.seq = self._next_start
+        self._next_start += 1
+        if r.prefill_left > 0:
+            i = self.started_prefilling
+            if self.prefilling[i] is not r:
+                self.prefilling.remove(r)
+                self.prefilling.insert(i, r)
+            self.started_prefilling = i + 1
+        else:
+            self.unstarted_decoders -= 1
+            self.decoding.remove(r)
+            bisect.insort(self.decoding, r, key=_seq)
+            self._phase_add(r)
+            if r.memory.redo:
+                self.redo[id(r)] = r
+
+    def preempt(self, victims: Sequence[Request], restart: str) -> int:
+        """Preempt ``victims`` (one gate step); return the KV tokens they drop."""
+        dropped = 0
+        ordered = sorted(victims, key=_seq)  # one step's victims, oldest first
+        self._front -= len(ordered)
+        for i, r in enumerate(ordered):
+            dropped += self._preempt(r, self._front + i, restart)
+        self.used_tokens -= dropped
+        return dropped
+
+    def _preempt(self, r: Request, key: int, restart: str) -> int:
+        rec = r.memory
+        self._settle(r, self.iterations, self._clock_sum)
+        held = kv_tokens(r)
+        if not rec.preemptions:
+            self.scarred += 1
+        rec.high = max(rec.high, held)
+        rec.preemptions += 1
+        if rec.redo:
+            rec.redo = False
+            self.redo.pop(id(r), None)
+        if r.prefill_left == 0:
+            self.decoding.remove(r)
+            self._phase_remove(r)
+            self._heap = [e for e in self._heap if e[2] is not r]
+            heapify(self._heap)
+            if r in self._fresh:
+                self._fresh.remove(r)
+        else:
+            self.prefilling.remove(r)
+            self.started_prefilling -= 1
+            self.prefill_tokens -= r.prefill_left
+        left = r.decode_left
+        if restart == "keep":
+            prefill, decode = r.vp + r.vd - left, left
+        else:
+            prefill, decode = r.vp, r.vd
+        r.clock = _NO_CLOCK
+        r.end_mark = decode
+        r.prefill_left = prefill
+        r.seq = key
+        if prefill > 0:
+            bisect.insort(self.prefilling, r, lo=self.started_prefilling, key=_seq)
+            self.prefill_tokens += prefill
+        else:
+            self.unstarted_decoders += 1
+            self._start_decoding(r)
+            if kv_tokens(r) < rec.high:
+                rec.redo = True  # counted in redo once it starts
+        return held
+
+    def release(self, r: Request) -> None:
+        """Finished ``r`` gives back its KV."""
+        self.free += self.kv.held_blocks(r)
+        self.used_tokens -= r.vp + r.vd
+        self.total_tokens -= r.vp + r.vd
+        if r.memory.preemptions:
+            self.scarred -= 1
+
+    # -- one iteration ---------------------------------------------------
+    def recompute(self, plan: Plan) -> int:
+        """Tokens of ``plan`` that re-process positions already processed
+        once (booked on their requests)."""
+        total = 0
+        if not self.scarred:
+            return 0
+        for r, tokens in plan.prefill:
+            high = r.memory.high
+            if high:
+                held = kv_tokens(r)
+                over = min(held + tokens, high) - held
+                if over > 0:
+                    r.memory.recomputed += over
+                    total += over
+        if self.redo:
+            full = len(plan.decode) == len(self.decoding)
+            for r in (self.redo.values() if full else plan.decode):
+                if r.memory.redo:
+                    r.memory.recomputed += 1
+                    total += 1
+        return total
+
+    def apply(self, plan: Plan, k: int, start: int, t: int
+              ) -> Tuple[List[Request], List[Request]]:
+        """Apply ``k`` identical iterations, keeping the memory records (``k > 1``
+        only for runs without recompute, as the scheduler makes them)."""
+        n, cs = self.iterations, self._clock_sum
+        decode = plan.decode
+        full = len(decode) == len(self.decoding)
+        touched = plan.prefill
+        if not full:
+            touched = list(touched)
+            touched.extend((r, 1) for r in decode)
+            if self.phase is not None:
+                for r in decode:
+                    self._phase_remove(r)
+        clock = self.clock
+        for r, _ in touched:  # book their areas so far: their KV is about to change
+            rec = r.memory
+            dn = n - rec.n0
+            if dn:
+                if r.clock is clock:
+                    rec.area += (r.vp + r.vd - r.end_mark) * dn + cs - rec.cs0
+                else:
+                    rec.area += (r.vp + r.vd - r.prefill_left - r.end_mark) * dn
+        c0 = clock[0]
+        prefilled, finished = super().apply(plan, k, start, t)
+        if prefilled:
+            self.started_prefilling -= len(prefilled)  # served, so started
+        self.iterations = n = n + k
+        ticks = clock[0] - c0  # k for a full decode batch, else 0
+        self._clock_sum = cs = cs + k * c0 + ticks * (ticks + 1) // 2
+        grown = k * (k + 1) // 2
+        for r, tokens in touched:  # their KV grew by ``tokens`` in each of the k iterations
+            rec = r.memory
+            held = r.vp + r.vd - r.prefill_left - r.decode_left
+            rec.area += k * (held - k * tokens) + tokens * grown
+            rec.n0 = n
+            rec.cs0 = cs
+        if full:
+            for r in finished:
+                self._settle(r, n, cs)
+                if self.phase is not None:
+                    self._phase_remove(r)
+        elif self.phase is not None:
+            for r in decode:
+                if r.finished is None:
+                    self._phase_add(r)
+        if self.redo:
+            for r in list(self.redo.values()):
+                if r.finished is not None or kv_tokens(r) >= r.memory.high:
+                    r.memory.redo = False
+                    del self.redo[id(r)]
+        for r in prefilled:  # its first prefill end stays its prefill end
+            rec = r.memory
+            if rec.first_prefill is None:
+                rec.first_prefill = r.prefill_done
+            else:
+                r.prefill_done = rec.first_prefill
+        return prefilled, finished
+
+    def book_areas(self) -> None:
+        """Book every resident's memory area up to the last iteration (at the end of a run)."""
+        for r in self:
+            self._settle(r, self.iterations, self._clock_sum)
+
+    def _settle(self, r: Request, n: int, cs: int) -> None:
+        """Book ``r``'s memory area up to iteration ``n`` (clock sum ``cs``)."""
+        rec = r.memory
+        dn = n - rec.n0
+        if dn:
+            if r.clock is self.clock:
+                rec.area += (r.vp + r.vd - r.end_mark) * dn + cs - rec.cs0
+            else:
+                rec.area += (r.vp + r.vd - r.prefill_left - r.end_mark) * dn  # clock 0
+        rec.n0, rec.cs0 = n, cs

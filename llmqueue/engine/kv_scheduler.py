@@ -1,0 +1,239 @@
+"""The scheduler process of an engine with a KV cache (SPEC 7.3).
+
+At each batch choice, after progress, releases and admissions of the instant
+are settled (SPEC 7.3 step 6):
+
+1. the policy proposes with no token budget (:data:`UNLIMITED`) on the view of
+   :meth:`MemoryResidents.view`; builtin policies walk the residents in
+   order, so they are shown the unstarted prefillers only as far as the budget
+   and the free blocks could start them (at least one), which keeps a choice
+   O(batch) however long the line; any other policy sees every resident;
+2. the gate (:func:`llmqueue.engine.gate.gate`) charges ``bmax``, allocates and
+   names victims; the victims are preempted at once (their dropped KV is
+   added back to the backlog);
+3. if the gate preempted but accepted nothing, the policy proposes again at the
+   same instant; if it accepted nothing and preempted nobody while started
+   residents exist, the policy proposes on the started residents alone and
+   that is gated (the fallback of 7.3 step 5: a ``vllm`` prefill step that
+   cannot start becomes a decode step); a policy that returns
+   :data:`~llmqueue.policies.view.IDLE` leaves the GPU idle until an arrival;
+4. the iteration runs, progress is applied, finished residents release their
+   slot and their KV.
+
+A run whose iterations only recompute lost tokens for longer than any
+recovery could take (more than eight times the residents' tokens) is a
+livelock, and raises :class:`Stalled` rather than loop forever: e.g. ``vllm``
+with ``lazy`` admission and chunked prompts, where a new start takes its first
+chunk, is preempted by its own next chunk and starts again, while prefill-only
+steps keep the decoders waiting (``prompt`` admission, vLLM v0's, has no such
+cycle).
+
+Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
+memory provably cannot change them: no preemption, new start or recompute in
+the choice, blocks of one token (or ``peak``), the started residents fitting
+all ``k`` allocations; otherwise, and whenever ``check_invariants`` is on,
+every iteration is stepped.
+"""
+
+from __future__ import annotations
+
+from typing import Generator, NamedTuple, Optional, Tuple
+
+import simpy
+
+from llmqueue.common.units import UNLIMITED
+from llmqueue.engine.errors import Stalled
+from llmqueue.engine.gate import gate
+from llmqueue.engine.kv_invariants import check_state
+from llmqueue.engine.kv_recorder import KVBatch
+from llmqueue.policies.view import IDLE, Plan, check_plan
+
+
+class Choice(NamedTuple):
+    """One batch choice under memory."""
+
+    plan: Plan
+    preemptions: int
+    starts: int
+
+
+def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
+    """Whether this choice's new starts leave the next choices the same batch:
+    they are prompts (no decoder), the policy charges decodes first, and they
+    close the plan's prefill chunks, so next time, started, they are walked in
+    pass 1 in the same place of the budget as now in pass 2."""
+    started = engine.last_starts
+    if engine.prefill_first or len(started) > len(plan.prefill):
+        return False
+    tail = plan.prefill[len(plan.prefill) - len(started):]
+    return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
+
+
+def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import cycle)
+    """Propose, gate, preempt and start until a batch is found; ``None``
+    when the policy asked to idle."""
+    residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
+    recorder = engine.recorder
+    prefill_first = engine.prefill_first
+    preempted = 0
+    fallback = False
+    while True:
+        free = residents.free
+        cap = min(budget, free * kv.block_size) if engine.fcfs else None
+        view = residents.view(cap, started_only=fallback)
+        proposal = policy.plan(view, UNLIMITED)
+        if proposal is IDLE:
+            return None
+        if engine.check_plans:
+            check_plan(proposal, view, UNLIMITED, policy.name)
+        hint = None
+        if proposal.decode is residents.decoding and not residents.unstarted_decoders:
+            hint = residents.decode_need()
+        gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
+                     prefill_first, hint)
+        if gated.victims:
+            now = engine.env.now
+            dropped = residents.preempt(gated.victims, kv.restart)
+            preempted += len(gated.victims)
+            recorder.memory.preempted(len(gated.victims))
+            recorder.add_work(now, dropped)
+        residents.free = gated.free
+        if gated.plan:
+            for r in gated.starts:
+                residents.start(r)
+            engine.last_starts = gated.starts
+            return Choice(gated.plan, preempted, len(gated.starts))
+        if gated.victims:
+            fallback = False
+            continue
+        if not fallback and residents.any_started():
+            fallback = True
+            continue
+        raise Stalled(_stall_message(engine, proposal, fallback))
+
+
+def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN001
+    policy, kv = engine.policy, engine.kv
+    now = engine.env.now / 1e9
+    if fallback:
+        return (f"policy {policy.name!r} gave the started residents nothing to do at "
+                f"t={now:.6f} s although they hold KV; the run can never make progress")
+    if not proposal:
+        return (f"policy {policy.name!r} formed an empty batch at t={now:.6f} s while "
+                f"{len(engine.residents)} residents have work; the run can never make progress")
+    items = [(r, 1) for r in proposal.decode] + list(proposal.prefill)
+    r, n = items[0]
+    return (f"nothing fits at t={now:.6f} s with the KV cache empty: request {r.rid} "
+            f"needs {n} tokens in one piece (bmax={engine.budget}, chunked="
+            f"{str(policy.chunked).lower()}, {kv.blocks} blocks of {kv.block_size}); a "
+            "recomputed prompt (prompt + decoded tokens under restart='keep') can outgrow "
+            "bmax: allowed: chunked=true, restart='scratch', or bmax >= vp + vd")
+
+
+def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN001
+            ) -> Tuple[int, int]:
+    """How many iterations of ``plan`` may run as one under memory, and the
+    blocks each after the first adds.
+
+    Called only when this choice preempted and recomputed nothing and started
+    only prompts that the next choices walk in the same place (``_starts_repeat``):
+    then, while no resident changes phase or arrives (the engine's own
+    skip-ahead bounds), the next choices are the same batch, provided the
+    started residents keep fitting.  Every further iteration adds ``tokens``
+    KV tokens and, in blocks of one token, ``tokens`` blocks (``lazy``),
+    ``decoders`` (``prompt``: chunks are reserved) or none (``peak``); larger
+    blocks grow unevenly, so they step one iteration at a time (except
+    ``peak``).  A new start that failed keeps failing (free blocks only fall
+    during the run) and one that was not tried is still not tried.
+    """
+    kv = engine.kv
+    if kv.admission == "peak":
+        grow = 0
+    elif kv.block_size > 1:
+        return 1, 0
+    else:
+        grow = tokens if kv.admission == "lazy" else decoders
+    k = engine.repeats(plan, t)
+    if grow and k > 1:
+        k = min(k, 1 + engine.residents.free // grow)
+    return k, grow
+
+
+def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: ANN001
+    """The scheduler process of ``engine`` (which has a KV cache)."""
+    env, residents, recorder = engine.env, engine.residents, engine.recorder
+    memory, kv = recorder.memory, engine.kv
+    gpu_request = None
+    stale = 0  # tokens processed since the last iteration with a fresh token
+    while True:
+        if env.peek() == env.now:
+            yield engine.end_of_instant()
+        if not len(residents):
+            if gpu_request is not None:
+                engine.gpu.release(gpu_request)
+                gpu_request = None
+            yield from engine.sleep()
+            continue
+        if gpu_request is None:
+            gpu_request = engine.gpu.request()
+            yield gpu_request
+            continue
+        residents.settle()
+        choice = choose(engine)
+        used = kv.blocks - residents.free
+        if choice is None:
+            memory.level(env.now, residents.used_tokens, used)
+            engine.gpu.release(gpu_request)
+            gpu_request = None
+            yield from engine.sleep()
+            continue
+        plan = choice.plan
+        decode = len(plan.decode)
+        prefill = 0
+        for _, tokens in plan.prefill:
+            prefill += tokens
+        requests = decode + len(plan.prefill)
+        residents.used_tokens += decode + prefill
+        t = engine.batch_ticks(decode, prefill, requests)
+        start = env.now
+        recomputed = residents.recompute(plan)
+        if recomputed < decode + prefill:
+            stale = 0
+        else:
+            stale += recomputed
+            if stale > 8 * residents.total_tokens:
+                raise Stalled(f"livelock at t={start / 1e9:.6f} s: the last {stale} tokens "
+                              "processed were all recomputed after preemptions, with no "
+                              f"progress (policy {engine.policy.name!r}, {kv!r}); a new "
+                              "start keeps preempting itself; allowed: admission='prompt' "
+                              "or 'peak', a mixed policy, or a larger cache")
+        k, grow = 1, 0
+        if engine.skip_ahead and not choice.preemptions and not recomputed \
+                and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)):
+            k, grow = repeats(engine, plan, t, decode + prefill, decode)
+        recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
+        memory.allocate(start, residents.used_tokens, used,
+                        KVBatch(residents.used_tokens, used, choice.preemptions, recomputed,
+                                choice.starts), t, k, decode + prefill, grow)
+        if engine.check_invariants:
+            check_state(residents, kv, plan)
+        yield env.timeout(k * t)
+        prefilled, finished = residents.apply(plan, k, start, t)
+        if k > 1:  # the allocations of the iterations after the first
+            residents.used_tokens += (k - 1) * (decode + prefill)
+            residents.free -= (k - 1) * grow
+        now = env.now
+        recorder.commit(now)
+        if finished:
+            for r in finished:
+                residents.release(r)
+            memory.level(now, residents.used_tokens, kv.blocks - residents.free)
+        if engine.check_invariants:
+            check_state(residents, kv, None)
+        for r in prefilled:
+            if r.on_prefilled is not None and not r.on_prefilled.triggered:
+                r.on_prefilled.succeed()
+        for r in finished:
+            memory.finished(r.memory.area)
+            recorder.finish(now, r)
+            r.on_finished.succeed()

@@ -1,0 +1,88 @@
+"""The KV-cache keys of SPEC 9 on the command line."""
+
+import csv
+import json
+
+import pytest
+
+from llmqueue.cli.main import main
+
+MEMORY_KEYS = {"throughput_requests_per_s", "preemptions", "preemptions_per_iteration",
+               "recompute_fraction", "kv_mean", "kv_max", "kv_utilization", "ignored"}
+
+
+def run_json(capsys, *argv):
+    assert main(list(argv) + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_single_with_a_kv_cache_reports_memory(capsys):
+    doc = run_json(capsys, "run", "single", "--set", "kv=60000", "--set", "kv_block=16",
+                   "--set", "kv_admission=prompt", "--set", "kv_restart=scratch",
+                   "--set", "kv_watermark=0.02", "--horizon", "80")
+    row = doc["rows"][0]
+    assert MEMORY_KEYS <= set(row)
+    assert row["preemptions"] > 0 and 0 < row["kv_utilization"] <= 1
+    p = doc["params"]
+    assert (p["kv"], p["kv_block"], p["kv_admission"], p["kv_restart"]) == \
+        (60000, 16, "prompt", "scratch")
+
+
+def test_without_kv_the_rows_are_unchanged(capsys):
+    row = run_json(capsys, "run", "single", "--horizon", "20")["rows"][0]
+    assert not MEMORY_KEYS & set(row)
+
+
+def test_every_single_engine_experiment_takes_the_kv_keys(capsys):
+    row = run_json(capsys, "run", "point-c", "--scheduler", "vllm", "--set", "kv=50000",
+                   "--set", "kv_admission=prompt", "--horizon", "40")["rows"][0]
+    assert row["preemptions"] >= 0 and "kv_mean" in row
+
+
+@pytest.mark.parametrize("setting, message", [
+    (["kv_block=16"], "kv_block needs a KV cache"),
+    (["kv=1000", "kv_preemption=swap"], "swap' is not supported yet"),
+    (["kv=1000", "kv_admission=eager"], "kv_admission must be one of lazy, prompt, peak"),
+    (["kv=0"], "kv must be"),
+    (["kv=1000", "kv_watermark=-1"], "kv_watermark must be"),
+])
+def test_bad_kv_settings_are_refused(capsys, setting, message):
+    argv = ["run", "single", "--horizon", "5"]
+    for s in setting:
+        argv += ["--set", s]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_networks_do_not_take_kv_keys(capsys):
+    assert main(["run", "parallel", "--set", "kv=1000", "--horizon", "5"]) == 2
+    assert "has no parameter 'kv'" in capsys.readouterr().err
+
+
+def test_constant_iteration_time_with_a_zero(capsys):
+    row = run_json(capsys, "run", "single", "--set", "a=0", "--set", "c=0.05",
+                   "--horizon", "10")["rows"][0]
+    assert row["busy_fraction"] > 0
+
+
+def test_capacity_gives_the_memory_figures_with_kv(capsys):
+    doc = run_json(capsys, "capacity", "--set", "kv=131000", "--set", "vp=805",
+                   "--set", "vd=805", "--set", "chunked=false", "--set", "bmax=1000000",
+                   "--set", "kmax=none", "--set", "c=0.0372", "--set", "a=0", "--set", "b0=1")
+    # whole prompts: g = 806 * 805 + 805 * 806 / 2 = 973,245; mu = M / (tau g)
+    assert doc["mu_mem"] == pytest.approx(131_000 / (0.0372 * 973_245))
+    assert doc["binding"] == "memory" and doc["lambda_joint"] == doc["mu_mem"]
+    plain = run_json(capsys, "capacity")
+    assert "mu_mem" not in plain
+
+
+def test_logs_carry_the_kv_columns(tmp_path, capsys):
+    batches, requests = tmp_path / "b.csv", tmp_path / "r.csv"
+    assert main(["run", "single", "--set", "kv=40000", "--horizon", "30",
+                 "--batches", str(batches), "--requests", str(requests)]) == 0
+    capsys.readouterr()
+    header = next(csv.reader(open(batches)))
+    assert header[-5:] == ["kv_tokens", "kv_blocks", "preemptions", "recomputed_tokens",
+                           "new_starts"]
+    header = next(csv.reader(open(requests)))
+    assert header[-4:] == ["ignored", "preemptions", "recomputed_tokens", "memory_area"]
