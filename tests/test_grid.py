@@ -87,3 +87,16 @@ def test_seeds_are_the_same_in_every_process():
                              env=env, check=True).stdout
         assert int(out) == here
     assert 0 <= here < 2**63
+
+
+def test_parameters_added_later_keep_the_run_seeds_of_runs_that_do_not_set_them():
+    # the seed of this kmax-region point before the KV parameters existed (a golden value:
+    # a sweep's rows must not change when an experiment gains a parameter)
+    tasks = plan(get("kmax-point"), {"lambda_p": [200.0], "lambda_d": [100.0]}, 1,
+                 schedulers=["sarathi"], fixed={"bmax": 128, "kmax": 100, "gap": 0.4675},
+                 horizon=3000.0)
+    assert tasks[0].seed == 8278497016401325204
+    with_memory = plan(get("kmax-point"), {"lambda_p": [200.0], "lambda_d": [100.0]}, 1,
+                       schedulers=["sarathi"], fixed={"bmax": 128, "kmax": 100, "gap": 0.4675,
+                                                      "kv": 50_000}, horizon=3000.0)
+    assert with_memory[0].seed != tasks[0].seed

@@ -33,6 +33,9 @@ class Param:
     """Smallest allowed number (inclusive), if any."""
     above: Optional[float] = None
     """Numbers must be greater than this, if given."""
+    quiet_default: bool = False
+    """Left out of sweep run seeds while at its default: a parameter added to an
+    experiment later keeps the seeds (and numbers) of the runs that do not set it."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

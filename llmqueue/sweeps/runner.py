@@ -124,9 +124,16 @@ def plan(scenario: Runnable, grid: Mapping[str, Sequence[object]],
         params = {**defaults, **fixed_values, **values}
         point = {k: params.get(k) for k in order}
         for replicate in range(seeds):
-            seed = grids.run_seed(base_seed, params, replicate)
+            seed = grids.run_seed(base_seed, _seeded(scen.params, params), replicate)
             tasks.append(Task(scen, params, point, replicate, seed, horizon, warmup))
     return tasks
+
+
+def _seeded(declared: Mapping[str, Param], params: Mapping[str, Any]) -> Dict[str, Any]:
+    """The parameters a run's seed is drawn from: all but those declared
+    ``quiet_default`` that are at their default."""
+    return {k: v for k, v in params.items()
+            if not (k in declared and declared[k].quiet_default and v == declared[k].default)}
 
 
 def run_task(task: Task) -> List[Row]:
