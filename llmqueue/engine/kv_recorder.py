@@ -23,7 +23,7 @@ every figure is what stepping one iteration at a time would give.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.kv import KV
@@ -47,7 +47,8 @@ class KVBatch(NamedTuple):
 @dataclass(slots=True)
 class _Run:
     """``k`` iterations of ``t`` ticks from ``start``; the ``j``-th allocates up
-    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks."""
+    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks, or
+    ``blocks + steps[j - 1]`` when the blocks grow unevenly (``steps``)."""
 
     start: int
     t: int
@@ -61,6 +62,13 @@ class _Run:
     done: int = 0
     due: int = 0
     """The time of the next allocation or iteration end to book."""
+    steps: Optional[List[int]] = None
+
+    def blocks_at(self, j: int) -> int:
+        """Blocks held after the ``j``-th allocation."""
+        if self.steps is None:
+            return self.blocks + j * self.dblocks
+        return self.blocks + (self.steps[j - 1] if j else 0)
 
 
 class MemoryRecorder:
@@ -119,12 +127,17 @@ class MemoryRecorder:
         self.ignored += 1
 
     def allocate(self, now: int, tokens: int, blocks: int, row: KVBatch, t: int, k: int = 1,
-                 dtokens: int = 0, dblocks: int = 0) -> None:
+                 dtokens: int = 0, dblocks: Union[int, List[int]] = 0) -> None:
         """``k`` iterations of ``t`` ticks start at ``now``: the first holds
         ``tokens`` / ``blocks`` after its allocation (its row is ``row``), each
-        further one ``dtokens`` / ``dblocks`` more."""
+        further one ``dtokens`` / ``dblocks`` more (or, when ``dblocks`` is a
+        list, the ``j``-th holds ``dblocks[j - 1]`` blocks more than the first)."""
         self.level(now, tokens, blocks)
-        self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row, due=now + t)
+        if isinstance(dblocks, list):
+            self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, row, due=now + t,
+                             steps=dblocks)
+        else:
+            self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row, due=now + t)
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
@@ -140,17 +153,20 @@ class MemoryRecorder:
             if count:
                 js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
                 self._tokens_area += t * (count * run.tokens + run.dtokens * js)
-                self._blocks_area += t * (count * run.blocks + run.dblocks * js)
+                if run.steps is None:
+                    self._blocks_area += t * (count * run.blocks + run.dblocks * js)
+                else:
+                    self._blocks_area += t * (count * run.blocks
+                                              + sum(run.steps[first - 1:last - 1]))
                 top = last - 1  # levels never fall within a run
                 self.tokens_max = max(self.tokens_max, run.tokens + top * run.dtokens)
-                self.blocks_max = max(self.blocks_max, run.blocks + top * run.dblocks)
+                self.blocks_max = max(self.blocks_max, run.blocks_at(top))
             if self.series is not None:
                 for j in range(first, last):
                     self.series.append((start + j * t, run.tokens + j * run.dtokens,
-                                        run.blocks + j * run.dblocks))
+                                        run.blocks_at(j)))
             self._t = start + last * t
-            self.level(self._t, run.tokens + last * run.dtokens,
-                       run.blocks + last * run.dblocks)
+            self.level(self._t, run.tokens + last * run.dtokens, run.blocks_at(last))
             run.allocated = last + 1
         done = min(run.k, (now - start) // t)
         if done > run.done:
@@ -161,8 +177,7 @@ class MemoryRecorder:
                     self.preempted_iterations += 1
             if self.log is not None:
                 self.log.extend(run.first if j == 0 else
-                                KVBatch(run.tokens + j * run.dtokens,
-                                        run.blocks + j * run.dblocks, 0, 0, 0)
+                                KVBatch(run.tokens + j * run.dtokens, run.blocks_at(j), 0, 0, 0)
                                 for j in range(run.done, done))
             run.done = done
             if done == run.k:

@@ -164,6 +164,31 @@ class MemoryResidents(Residents):
             return len(self.decoding) - self.unstarted_decoders
         return self.phase[-self.clock[0] % self.kv.block_size]
 
+    def block_steps(self, plan: Plan, k: int) -> List[int]:
+        """Blocks that iterations 1, 2, ... of a run of ``plan`` (a full decode
+        batch or none) add in all, as long as they fit the free blocks and at
+        most ``k - 1`` of them: with blocks of ``B`` tokens a decoder needs a
+        block when its KV is a multiple of ``B`` (counted by :attr:`phase`
+        against the clock); a ``lazy`` chunk of ``n`` needs
+        ``ceil((x + n) / B) - ceil(x / B)`` at KV ``x``."""
+        b = self.kv.block_size
+        phase = self.phase
+        c0 = self.clock[0]
+        decoders = bool(plan.decode)
+        chunks = ([(kv_tokens(r), n) for r, n in plan.prefill]
+                  if self.kv.admission == "lazy" else [])
+        steps: List[int] = []
+        total, free = 0, self.free
+        for i in range(1, k):
+            need = phase[-(c0 + i) % b] if decoders else 0  # type: ignore[index]
+            for held, n in chunks:
+                need += -(-(held + (i + 1) * n) // b) + (held + i * n) // -b
+            if total + need > free:
+                break
+            total += need
+            steps.append(total)
+        return steps
+
     # -- what the gate decided ------------------------------------------
     def start(self, r: Request) -> None:
         """``r`` takes KV for the first time since admission or preemption."""

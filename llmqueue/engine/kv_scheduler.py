@@ -37,7 +37,7 @@ every iteration is stepped.
 
 from __future__ import annotations
 
-from typing import Generator, NamedTuple, Optional, Tuple
+from typing import Generator, List, NamedTuple, Optional, Tuple, Union
 
 import simpy
 
@@ -131,9 +131,10 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
 
 
 def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN001
-            ) -> Tuple[int, int]:
+            ) -> Tuple[int, Union[int, List[int]]]:
     """How many iterations of ``plan`` may run as one under memory, and the
-    blocks each after the first adds.
+    blocks each after the first adds: a number, or with blocks of ``B > 1``
+    tokens the running total after each further iteration.
 
     Called only when this choice preempted and recomputed nothing and started
     only prompts that the next choices walk in the same place (``_starts_repeat``):
@@ -142,20 +143,22 @@ def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN0
     started residents keep fitting.  Every further iteration adds ``tokens``
     KV tokens and, in blocks of one token, ``tokens`` blocks (``lazy``),
     ``decoders`` (``prompt``: chunks are reserved) or none (``peak``); larger
-    blocks grow unevenly, so they step one iteration at a time (except
-    ``peak``).  A new start that failed keeps failing (free blocks only fall
-    during the run) and one that was not tried is still not tried.
+    blocks grow unevenly (:meth:`MemoryResidents.block_steps`).  A new start
+    that failed keeps failing (free blocks only fall during the run) and one
+    that was not tried is still not tried.
     """
-    kv = engine.kv
+    kv, residents = engine.kv, engine.residents
     if kv.admission == "peak":
-        grow = 0
-    elif kv.block_size > 1:
-        return 1, 0
-    else:
-        grow = tokens if kv.admission == "lazy" else decoders
+        return engine.repeats(plan, t), 0
+    if kv.block_size > 1:
+        if plan.decode and len(plan.decode) != len(residents.decoding):
+            return 1, 0  # a partial decode batch: its decoders' blocks are not counted
+        steps = residents.block_steps(plan, engine.repeats(plan, t))
+        return 1 + len(steps), steps
+    grow = tokens if kv.admission == "lazy" else decoders
     k = engine.repeats(plan, t)
     if grow and k > 1:
-        k = min(k, 1 + engine.residents.free // grow)
+        k = min(k, 1 + residents.free // grow)
     return k, grow
 
 
@@ -221,7 +224,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         prefilled, finished = residents.apply(plan, k, start, t)
         if k > 1:  # the allocations of the iterations after the first
             residents.used_tokens += (k - 1) * (decode + prefill)
-            residents.free -= (k - 1) * grow
+            residents.free -= grow[-1] if isinstance(grow, list) else (k - 1) * grow
         now = env.now
         recorder.commit(now)
         if finished:
