@@ -15,9 +15,10 @@ but the levels.
 A run of ``k`` identical iterations (the engine's skip-ahead) allocates the
 same tokens and blocks at the start of each: :meth:`MemoryRecorder.allocate`
 announces it and :meth:`MemoryRecorder.commit` books, in closed form, the
-allocations and iteration ends that happened by a given time (the
-:class:`~llmqueue.engine.recorder.Recorder` calls it whenever it commits), so
-every figure is what stepping one iteration at a time would give.
+allocations and iteration ends that happened by a given time (the scheduler
+calls it when the run ends, a warm-up restart in the middle of one), so every
+figure is what stepping one iteration at a time would give.  Arrivals never
+change the KV in use, so they need no commit.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ class _Run:
     blocks: int
     dtokens: int
     dblocks: int
-    first: KVBatch
+    preemptions: int
+    recomputed: int
+    starts: int
     allocated: int = 1
     done: int = 0
     due: int = 0
@@ -126,23 +129,36 @@ class MemoryRecorder:
         """A request that can never fit arrived and was rejected."""
         self.ignored += 1
 
-    def allocate(self, now: int, tokens: int, blocks: int, row: KVBatch, t: int, k: int = 1,
-                 dtokens: int = 0, dblocks: Union[int, List[int]] = 0) -> None:
+    def allocate(self, now: int, tokens: int, blocks: int, preemptions: int, recomputed: int,
+                 starts: int, t: int, k: int = 1, dtokens: int = 0,
+                 dblocks: Union[int, List[int]] = 0) -> None:
         """``k`` iterations of ``t`` ticks start at ``now``: the first holds
-        ``tokens`` / ``blocks`` after its allocation (its row is ``row``), each
-        further one ``dtokens`` / ``dblocks`` more (or, when ``dblocks`` is a
-        list, the ``j``-th holds ``dblocks[j - 1]`` blocks more than the first)."""
+        ``tokens`` / ``blocks`` after its allocation, and its choice preempted
+        ``preemptions`` residents and started ``starts``, and it recomputes
+        ``recomputed`` tokens; each further one holds ``dtokens`` / ``dblocks``
+        more (or, when ``dblocks`` is a list, the ``j``-th holds ``dblocks[j - 1]``
+        blocks more than the first) and preempts, starts and recomputes nothing."""
         self.level(now, tokens, blocks)
         if isinstance(dblocks, list):
-            self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, row, due=now + t,
-                             steps=dblocks)
+            self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, preemptions, recomputed,
+                             starts, due=now + t, steps=dblocks)
         else:
-            self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row, due=now + t)
+            self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, preemptions,
+                             recomputed, starts, due=now + t)
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
         run = self._run
         if run is None or now < run.due:
+            return
+        if run.k == 1:  # one iteration, ended by now
+            self._run = None
+            self.recomputed += run.recomputed
+            if run.preemptions:
+                self.preempted_iterations += 1
+            if self.log is not None:
+                self.log.append(KVBatch(run.tokens, run.blocks, run.preemptions,
+                                        run.recomputed, run.starts))
             return
         start, t = run.start, run.t
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
@@ -171,12 +187,12 @@ class MemoryRecorder:
         done = min(run.k, (now - start) // t)
         if done > run.done:
             if run.done == 0:
-                row = run.first
-                self.recomputed += row.recomputed_tokens
-                if row.preemptions:
+                self.recomputed += run.recomputed
+                if run.preemptions:
                     self.preempted_iterations += 1
             if self.log is not None:
-                self.log.extend(run.first if j == 0 else
+                self.log.extend(KVBatch(run.tokens, run.blocks, run.preemptions,
+                                        run.recomputed, run.starts) if j == 0 else
                                 KVBatch(run.tokens + j * run.dtokens, run.blocks_at(j), 0, 0, 0)
                                 for j in range(run.done, done))
             run.done = done

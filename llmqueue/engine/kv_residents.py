@@ -74,6 +74,7 @@ class MemoryResidents(Residents):
     def __init__(self, kv: KV) -> None:
         super().__init__()
         self.kv = kv
+        self.block_size = kv.block_size
         self.free = kv.blocks
         """Blocks not held."""
         self.used_tokens = 0
@@ -127,7 +128,8 @@ class MemoryResidents(Residents):
             self.phase[(r.vp + r.vd - r.end_mark) % self.kv.block_size] -= 1
 
     # -- what the gate reads --------------------------------------------
-    def view(self, cap: Optional[int] = None, started_only: bool = False) -> SimpleView:
+    def view(self, cap: Optional[int] = None, started_only: bool = False
+             ) -> "SimpleView | MemoryResidents":
         """The policy's view: every started resident, then the unstarted ones.
         With ``cap``, unstarted prefillers only until their prompts reach
         ``cap`` tokens (always at least one): an FCFS policy's later ones could
@@ -143,8 +145,8 @@ class MemoryResidents(Residents):
                 tokens += prefilling[j].prefill_left
                 j += 1
             if j < end:
-                prefilling = prefilling[:j]
-        return SimpleView(self.decoding, prefilling, len(self))
+                return SimpleView(self.decoding, prefilling[:j], len(self))
+        return self  # every resident, in order
 
     def started_order(self) -> List[Request]:
         """Started residents, oldest (re)start first."""
@@ -261,9 +263,10 @@ class MemoryResidents(Residents):
 
     def release(self, r: Request) -> None:
         """Finished ``r`` gives back its KV."""
-        self.free += self.kv.held_blocks(r)
-        self.used_tokens -= r.vp + r.vd
-        self.total_tokens -= r.vp + r.vd
+        size = r.vp + r.vd  # what it holds at its end, in every admission mode
+        self.free += size if self.block_size == 1 else -(-size // self.block_size)
+        self.used_tokens -= size
+        self.total_tokens -= size
         if r.memory.preemptions:
             self.scarred -= 1
 

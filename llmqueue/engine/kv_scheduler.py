@@ -43,9 +43,8 @@ import simpy
 
 from llmqueue.common.units import UNLIMITED
 from llmqueue.engine.errors import Stalled
-from llmqueue.engine.gate import gate
+from llmqueue.engine.gate import gate, quick_gate
 from llmqueue.engine.kv_invariants import check_state
-from llmqueue.engine.kv_recorder import KVBatch
 from llmqueue.policies.view import IDLE, Plan, check_plan
 
 
@@ -89,8 +88,17 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
         hint = None
         if proposal.decode is residents.decoding and not residents.unstarted_decoders:
             hint = residents.decode_need()
-        gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
-                     prefill_first, hint)
+            if not prefill_first:
+                gated = quick_gate(proposal, kv, free, budget, policy.chunked, hint)
+                if gated is None:
+                    gated = gate(proposal, kv, free, budget, residents.started_order,
+                                 policy.chunked, prefill_first, hint)
+            else:
+                gated = gate(proposal, kv, free, budget, residents.started_order,
+                             policy.chunked, prefill_first, hint)
+        else:
+            gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
+                         prefill_first, hint)
         if gated.victims:
             now = engine.env.now
             dropped = residents.preempt(gated.victims, kv.restart)
@@ -98,11 +106,13 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
             recorder.memory.preempted(len(gated.victims))
             recorder.add_work(now, dropped)
         residents.free = gated.free
-        if gated.plan:
-            for r in gated.starts:
+        plan = gated.plan
+        if plan.decode or plan.prefill:
+            starts = gated.starts
+            for r in starts:
                 residents.start(r)
-            engine.last_starts = gated.starts
-            return Choice(gated.plan, preempted, len(gated.starts))
+            engine.last_starts = starts
+            return Choice(plan, preempted, len(starts))
         if gated.victims:
             fallback = False
             continue
@@ -167,6 +177,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     env, residents, recorder = engine.env, engine.residents, engine.recorder
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
+    check, skip = engine.check_invariants, engine.skip_ahead
     stale = 0  # tokens processed since the last iteration with a fresh token
     while True:
         if env.peek() == env.now:
@@ -199,7 +210,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         residents.used_tokens += decode + prefill
         t = engine.batch_ticks(decode, prefill, requests)
         start = env.now
-        recomputed = residents.recompute(plan)
+        recomputed = residents.recompute(plan) if residents.scarred else 0
         if recomputed < decode + prefill:
             stale = 0
         else:
@@ -211,14 +222,13 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
         k, grow = 1, 0
-        if engine.skip_ahead and not choice.preemptions and not recomputed \
+        if skip and not choice.preemptions and not recomputed \
                 and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)):
             k, grow = repeats(engine, plan, t, decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-        memory.allocate(start, residents.used_tokens, used,
-                        KVBatch(residents.used_tokens, used, choice.preemptions, recomputed,
-                                choice.starts), t, k, decode + prefill, grow)
-        if engine.check_invariants:
+        memory.allocate(start, residents.used_tokens, used, choice.preemptions, recomputed,
+                        choice.starts, t, k, decode + prefill, grow)
+        if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)
         prefilled, finished = residents.apply(plan, k, start, t)
@@ -227,11 +237,12 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             residents.free -= grow[-1] if isinstance(grow, list) else (k - 1) * grow
         now = env.now
         recorder.commit(now)
+        memory.commit(now)
         if finished:
             for r in finished:
                 residents.release(r)
             memory.level(now, residents.used_tokens, kv.blocks - residents.free)
-        if engine.check_invariants:
+        if check:
             check_state(residents, kv, None)
         for r in prefilled:
             if r.on_prefilled is not None and not r.on_prefilled.triggered:

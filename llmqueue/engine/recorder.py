@@ -134,8 +134,6 @@ class Recorder:
 
     def commit(self, now: int) -> None:
         """Account for the iterations of the current run that ended by ``now``."""
-        if self.memory is not None:
-            self.memory.commit(now)
         run = self._run
         if run is None:
             return
