@@ -43,7 +43,7 @@ import simpy
 
 from llmqueue.common.units import UNLIMITED
 from llmqueue.engine.errors import Stalled
-from llmqueue.engine.gate import gate, quick_gate
+from llmqueue.engine.gate import gate
 from llmqueue.engine.kv_invariants import check_state
 from llmqueue.policies.view import IDLE, Plan, check_plan
 
@@ -85,20 +85,11 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
             return None
         if engine.check_plans:
             check_plan(proposal, view, UNLIMITED, policy.name)
-        hint = None
+        hint = None  # the blocks of all decoders at once, when the proposal takes them all
         if proposal.decode is residents.decoding and not residents.unstarted_decoders:
             hint = residents.decode_need()
-            if not prefill_first:
-                gated = quick_gate(proposal, kv, free, budget, policy.chunked, hint)
-                if gated is None:
-                    gated = gate(proposal, kv, free, budget, residents.started_order,
-                                 policy.chunked, prefill_first, hint)
-            else:
-                gated = gate(proposal, kv, free, budget, residents.started_order,
-                             policy.chunked, prefill_first, hint)
-        else:
-            gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
-                         prefill_first, hint)
+        gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
+                     prefill_first, hint)
         if gated.victims:
             now = engine.env.now
             dropped = residents.preempt(gated.victims, kv.restart)
@@ -221,7 +212,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               f"progress (policy {engine.policy.name!r}, {kv!r}); a new "
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
-        k, grow = 1, 0
+        k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
         if skip and not choice.preemptions and not recomputed \
                 and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)):
             k, grow = repeats(engine, plan, t, decode + prefill, decode)

@@ -152,9 +152,9 @@ class Engine:
         r.memory.ignored = True
         self.recorder.ignore(r)
         self.recorder.memory.ignore()
-        if not self._ignored_warned:
+        kv = self.kv
+        if not self._ignored_warned and kv is not None:
             self._ignored_warned = True
-            kv = self.kv
             warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit the KV "
                           f"cache ({kv.blocks} blocks of {kv.block_size} tokens, "
                           f"{kv.reserve} kept free): it is ignored; further ones are counted "
