@@ -34,8 +34,9 @@ from llmqueue.policies.view import Plan, Request
 StartedOrder = Union[Sequence[Request], Callable[[], Sequence[Request]]]
 
 
-class KVOverflow(RuntimeError):
-    """Memory ran out with ``preemption="none"``."""
+class KVOverflow(ValueError):
+    """Memory ran out with ``preemption="none"`` (a setting that cannot hold
+    this workload, hence a ``ValueError`` as the CLI reports them)."""
 
 
 class Gated(NamedTuple):
