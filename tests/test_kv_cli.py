@@ -22,6 +22,8 @@ def test_single_with_a_kv_cache_reports_memory(capsys):
                    "--set", "kv_watermark=0.02", "--horizon", "80")
     row = doc["rows"][0]
     assert MEMORY_KEYS <= set(row)
+    # point C's sizes, chunks of 128: g = [(1 + 290/128) 290 + 2 * 990 * 290 + 991 * 990] / 2
+    assert row["binding"] == "memory" and row["mu_mem"] > 0
     assert row["preemptions"] > 0 and 0 < row["kv_utilization"] <= 1
     p = doc["params"]
     assert (p["kv"], p["kv_block"], p["kv_admission"], p["kv_restart"]) == \
