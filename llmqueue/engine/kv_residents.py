@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from heapq import heapify
+from heapq import heapify, heappush
 from typing import List, Optional, Sequence, Tuple
 
 from llmqueue.engine.kv import FRESH, KV, PREEMPTED, UNSTARTED, kv_tokens
@@ -101,16 +101,36 @@ class MemoryResidents(Residents):
             r.memory = Held()
 
     def settle(self) -> None:
-        for r in self._incoming:
-            r.memory.n0, r.memory.cs0 = self.iterations, self._clock_sum
-            if r.prefill_left == 0:
+        incoming = self._incoming
+        if not incoming:
+            return
+        n, cs = self.iterations, self._clock_sum
+        for r in incoming:  # unstarted: after every started resident, by admission
+            rec = r.memory
+            rec.n0 = n
+            rec.cs0 = cs
+            if r.prefill_left > 0:
+                self.prefilling.append(r)
+                self.prefill_tokens += r.prefill_left
+            else:
                 self.unstarted_decoders += 1
-        super().settle()
+                self._start_decoding(r)
+        self._incoming = []
 
     def _start_decoding(self, r: Request) -> None:
-        super()._start_decoding(r)
-        if r.first_token is not None:
-            self._fresh.pop()  # it decoded before a preemption: keep its first token
+        # Residents._start_decoding, inlined (this runs once per prefill end)
+        clock = self.clock
+        left = r.end_mark - r.clock[0]
+        r.clock = clock
+        r.end_mark = clock[0] + left
+        decoding = self.decoding
+        if not decoding or decoding[-1].seq < r.seq:
+            decoding.append(r)
+        else:
+            bisect.insort(decoding, r, key=_seq)
+        heappush(self._heap, (r.end_mark, r.seq, r))
+        if r.first_token is None:  # one that decoded before a preemption keeps its first token
+            self._fresh.append(r)
         if r.seq < UNSTARTED:
             if self.phase is not None:
                 self._phase_add(r)
@@ -326,7 +346,7 @@ class MemoryResidents(Residents):
         grown = k * (k + 1) // 2
         for r, tokens in touched:  # their KV grew by ``tokens`` in each of the k iterations
             rec = r.memory
-            held = r.vp + r.vd - r.prefill_left - r.decode_left
+            held = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
             rec.area += k * (held - k * tokens) + tokens * grown
             rec.n0 = n
             rec.cs0 = cs
