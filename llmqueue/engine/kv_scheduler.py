@@ -29,10 +29,13 @@ steps keep the decoders waiting (``prompt`` admission, vLLM v0's, has no such
 cycle).
 
 Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
-memory provably cannot change them: no preemption, new start or recompute in
-the choice, blocks of one token (or ``peak``), the started residents fitting
-all ``k`` allocations; otherwise, and whenever ``check_invariants`` is on,
-every iteration is stepped.
+memory provably cannot change them: the choice preempted nobody and
+recomputed nothing, its new starts (if any) are prompts that later choices
+walk in the same place of the budget (a policy that charges decodes first),
+the decoders are all served when blocks hold more than one token, and the
+started residents fitting all ``k`` allocations; otherwise, and whenever
+``check_invariants`` is on, every iteration is stepped.  Either way the
+figures are the same (``tests/test_kv_skip.py``).
 """
 
 from __future__ import annotations
