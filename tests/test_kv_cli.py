@@ -22,6 +22,11 @@ def test_single_with_a_kv_cache_reports_memory(capsys):
                    "--set", "kv_watermark=0.02", "--horizon", "80")
     row = doc["rows"][0]
     assert MEMORY_KEYS <= set(row)
+    # point C's sizes, chunks of 128: g = [(1 + 290/128) 290 + 2 * 990 * 290 + 991 * 990] / 2
+    # = 778,118.5; b* = 60,000 * 1280 / g = 98.70; t = 0.01128 + 0.03547 * 98.70 / 128
+    # = 0.038631 s; mu_mem = 60,000 / (t g) = 1.996 req/s, below lambda* = 2.14
+    assert row["binding"] == "memory"
+    assert row["mu_mem"] == pytest.approx(1.996, abs=0.001)
     assert row["preemptions"] > 0 and 0 < row["kv_utilization"] <= 1
     p = doc["params"]
     assert (p["kv"], p["kv_block"], p["kv_admission"], p["kv_restart"]) == \

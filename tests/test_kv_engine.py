@@ -200,3 +200,20 @@ def test_orca_charges_running_work_first_under_memory():
     assert labels(run(rows, "orca", bmax=4))[:2] == ["Ap1", "Bp4"]
     assert labels(run(rows, "orca", bmax=4, kv=q.KV(capacity_tokens=100)))[:2] == \
         ["Ap1", "A+Bp3"]
+
+
+def test_a_policy_may_idle_on_purpose_until_an_arrival():
+    # a policy that waits for two residents (SPEC 7.5's explicit Idle): the
+    # first request arrives at t0, the GPU idles until the second at t3
+    from llmqueue.policies import IDLE, Sarathi
+
+    sarathi = Sarathi()
+
+    def pairs(view, budget):
+        if len(view.decoding) + len(view.prefilling) < 2:
+            return IDLE
+        return sarathi.plan(view, budget)
+
+    r = run([(0.0, 2, 2), (3.0, 2, 2)], pairs, kv=q.KV(capacity_tokens=100))
+    assert [seconds(b.start) for b in r.batch_log][:1] == [3.0]
+    assert labels(r)[0] == "Ap2 Bp2"

@@ -61,8 +61,9 @@ def test_skip_ahead_is_exact_with_memory(seed):
 
 @pytest.mark.parametrize("policy", ["sarathi", "orca", "vllm", "fastertransformer"])
 @pytest.mark.parametrize("admission", ["lazy", "prompt", "peak"])
-def test_point_c_with_memory_skips_exactly(policy, admission):
-    kv = q.KV(capacity_tokens=60_000, admission=admission)
+@pytest.mark.parametrize("block", [1, 16])
+def test_point_c_with_memory_skips_exactly(policy, admission, block):
+    kv = q.KV(capacity_tokens=60_000, admission=admission, block_size=block)
     rows = [(0.4675 * (i + 1), 290, 990) for i in range(300)]
     fast, slow = both(rows, policy, bmax=128, kmax=100, kv=kv, horizon=150.0)
     assert_same(fast, slow)

@@ -186,7 +186,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
-    from llmqueue.experiments.base import engine_kwargs
+    from llmqueue.experiments.base import engine_kwargs, memory_capacity
     from llmqueue.experiments.single import arrival_rate
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
@@ -215,7 +215,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "load": theory.load(rate, bmax, vp, vd, latency),
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
            "params": p, "verdicts": verdicts}
-    doc.update(_memory_capacity(p, vp, vd, bmax, kmax, latency))
+    doc.update(memory_capacity(p, vp, vd, latency))
     if args.json:
         print(json.dumps(doc))
         return
@@ -235,24 +235,6 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
                   "predicted": v["predicted"]} for n, v in verdicts.items()],
                 [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
-
-
-def _memory_capacity(p: Dict[str, Any], vp: int, vd: int, bmax: int, kmax: Optional[int],
-                     latency: Any) -> Dict[str, Any]:
-    """``mu_mem``, ``lambda_joint`` and ``binding`` (SPEC 7.6, 9) when ``kv`` is set:
-    chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else whole prompts."""
-    from llmqueue.common.units import ceil_div
-    from llmqueue.experiments.base import kv_of
-    from llmqueue.theory import memory
-    kv = kv_of(p)
-    if kv is None:
-        return {}
-    chunk = bmax if p["chunked"] and vp > 0 else None
-    g = memory.kv_area(vp, vd, chunk)
-    iterations = (ceil_div(vp, chunk) if chunk else 1) + vd
-    joint = memory.lambda_joint(kv.tokens, vp, vd, g, bmax, latency, kmax=kmax,
-                                mean_iterations=iterations)
-    return {"mu_mem": joint.memory, "lambda_joint": joint.rate, "binding": joint.binding}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -34,8 +34,9 @@ from llmqueue.policies.view import Plan, Request
 StartedOrder = Union[Sequence[Request], Callable[[], Sequence[Request]]]
 
 
-class KVOverflow(RuntimeError):
-    """Memory ran out with ``preemption="none"``."""
+class KVOverflow(ValueError):
+    """Memory ran out with ``preemption="none"`` (a setting that cannot hold
+    this workload, hence a ``ValueError`` as the CLI reports them)."""
 
 
 class Gated(NamedTuple):
@@ -66,7 +67,7 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
     fit, so a choice costs O(prefill items), not O(decoders).
     """
     if decode_need is not None and not prefill_first:
-        quick = _quick(proposal, kv, free, budget, chunked, decode_need)
+        quick = quick_gate(proposal, kv, free, budget, chunked, decode_need)
         if quick is not None:
             return quick
     decode, prefill = proposal.decode, proposal.prefill
@@ -93,16 +94,18 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
     return Gated(Plan(out_decode, out_prefill), walk.victims, starts, blocks, free)
 
 
-def _quick(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
-           decode_need: int) -> Optional[Gated]:
-    """The gate when nobody needs preempting (the common case), decodes first:
-    the same decisions as the walk below, or ``None`` when pass 1 would preempt."""
+def quick_gate(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
+               decode_need: int) -> Optional[Gated]:
+    """:func:`gate` for a decodes-first proposal whose decoders are all started
+    and need ``decode_need`` blocks, when nobody needs preempting (the common
+    case): the same decisions, or ``None`` when pass 1 would preempt."""
     decode, prefill = proposal.decode, proposal.prefill
     left = budget - len(decode)
     if left < 0 or decode_need > free:
         return None
     free -= decode_need
     blocks = decode_need
+    lazy_one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token
     ours: List[Tuple[Request, int]] = []
     fresh: List[Tuple[Request, int]] = []
     for item in prefill:
@@ -117,7 +120,7 @@ def _quick(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
                 continue
             n = left
             item = (r, n)
-        need = kv.need(r, n, False, True)
+        need = n if lazy_one else kv.need(r, n, False, True)
         if need > free:
             return None
         free -= need
@@ -136,7 +139,7 @@ def _quick(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
                     break
                 n = left
                 item = (r, n)
-            need = kv.need(r, n, False, False)
+            need = n if lazy_one else kv.need(r, n, False, False)
             if free - need < reserve:
                 break
             free -= need

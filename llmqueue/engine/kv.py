@@ -22,6 +22,47 @@ tokens (``keep``) or ``vp`` and ``vd`` (``scratch``), which adds up to
 Swapping to a CPU pool (``preemption="swap"``) is not built: it is refused
 with a ``ValueError``.  ``max_tokens`` for ``peak`` is not built either: peak
 mode reserves ``vp + vd``.
+
+Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
+``kv_residents``, ``kv_scheduler`` and ``kv_recorder``):
+
+* the policy proposes with no budget (``UNLIMITED``) and the gate charges
+  ``bmax``; a proposal is read as its decodes, then its prefill chunks, or
+  the other way round when the policy says ``prefill_first`` (``orca``); a
+  chunk bigger than the budget left is cut to it when prompts may be chunked,
+  a whole prompt is skipped in pass 1 and stops pass 2; once the budget is
+  spent, later pass-1 items are dropped without preempting anybody;
+* builtin (FCFS) policies are shown the unstarted prefillers only as far as
+  ``min(bmax, B * free)`` tokens of prompt (at least one): they could start no
+  further one, and a choice stays O(batch) however long the line;
+* a victim keeps its kmax slot: releasing it and taking it back at once from
+  the front of the wait line is the same; its admission time, first prefill
+  end and first token stay those of its first incarnation; one step's
+  victims are ordered by (re)start, oldest first; every gate call is a step,
+  a re-proposal at the same instant included;
+* the fallback of 7.3 step 5 is, for any policy, its proposal on the started
+  residents alone (for ``vllm`` that is their decodes, as SPEC says);
+* a request with ``vp = 0`` starts with its first decode (one block);
+* ``prompt`` mode reserves the current prompt, the recomputed one (``vp + d``
+  under ``keep``) after a preemption;
+* a never-fit arrival warns once per run (later ones are counted); it counts
+  as an arrival, never as pending or backlog, and is in the request log;
+* a run of iterations that only recompute, for longer than eight times the
+  residents' tokens, is a livelock and raises ``Stalled`` (``vllm`` with
+  ``lazy`` admission); so does a recomputed whole prompt that outgrows
+  ``bmax`` (``chunked=False`` with ``keep``): neither ever hangs;
+* recomputed tokens are counted when processed: positions at or below the
+  most KV the request ever held; ``recompute_fraction`` divides them by all
+  tokens processed in the observed span;
+* ``kv_mean`` and ``kv_max`` are the KV tokens actually held; ``kv_utilization``
+  is the time-average of the blocks in use (reservations included) over ``N``;
+* memory area: Σ over the iterations while resident of the KV after that
+  iteration's allocation (0 while unstarted), so an unpreempted whole-prompt
+  request holds exactly ``g``;
+* preemptions count at the batch choice; ``iterations_with_preemption`` is the
+  share of iterations whose choice preempted;
+* skip-ahead stays on where memory cannot change the iterations (see
+  ``kv_scheduler``); ``check_invariants`` steps every iteration.
 """
 
 from __future__ import annotations

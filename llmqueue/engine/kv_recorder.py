@@ -15,15 +15,16 @@ but the levels.
 A run of ``k`` identical iterations (the engine's skip-ahead) allocates the
 same tokens and blocks at the start of each: :meth:`MemoryRecorder.allocate`
 announces it and :meth:`MemoryRecorder.commit` books, in closed form, the
-allocations and iteration ends that happened by a given time (the
-:class:`~llmqueue.engine.recorder.Recorder` calls it whenever it commits), so
-every figure is what stepping one iteration at a time would give.
+allocations and iteration ends that happened by a given time (the scheduler
+calls it when the run ends, a warm-up restart in the middle of one), so every
+figure is what stepping one iteration at a time would give.  Arrivals never
+change the KV in use, so they need no commit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.kv import KV
@@ -47,7 +48,8 @@ class KVBatch(NamedTuple):
 @dataclass(slots=True)
 class _Run:
     """``k`` iterations of ``t`` ticks from ``start``; the ``j``-th allocates up
-    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks."""
+    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks, or
+    ``blocks + steps[j - 1]`` when the blocks grow unevenly (``steps``)."""
 
     start: int
     t: int
@@ -56,11 +58,20 @@ class _Run:
     blocks: int
     dtokens: int
     dblocks: int
-    first: KVBatch
+    preemptions: int
+    recomputed: int
+    starts: int
     allocated: int = 1
     done: int = 0
     due: int = 0
     """The time of the next allocation or iteration end to book."""
+    steps: Optional[List[int]] = None
+
+    def blocks_at(self, j: int) -> int:
+        """Blocks held after the ``j``-th allocation."""
+        if self.steps is None:
+            return self.blocks + j * self.dblocks
+        return self.blocks + (self.steps[j - 1] if j else 0)
 
 
 class MemoryRecorder:
@@ -118,18 +129,36 @@ class MemoryRecorder:
         """A request that can never fit arrived and was rejected."""
         self.ignored += 1
 
-    def allocate(self, now: int, tokens: int, blocks: int, row: KVBatch, t: int, k: int = 1,
-                 dtokens: int = 0, dblocks: int = 0) -> None:
+    def allocate(self, now: int, tokens: int, blocks: int, preemptions: int, recomputed: int,
+                 starts: int, t: int, k: int = 1, dtokens: int = 0,
+                 dblocks: Union[int, List[int]] = 0) -> None:
         """``k`` iterations of ``t`` ticks start at ``now``: the first holds
-        ``tokens`` / ``blocks`` after its allocation (its row is ``row``), each
-        further one ``dtokens`` / ``dblocks`` more."""
+        ``tokens`` / ``blocks`` after its allocation, and its choice preempted
+        ``preemptions`` residents and started ``starts``, and it recomputes
+        ``recomputed`` tokens; each further one holds ``dtokens`` / ``dblocks``
+        more (or, when ``dblocks`` is a list, the ``j``-th holds ``dblocks[j - 1]``
+        blocks more than the first) and preempts, starts and recomputes nothing."""
         self.level(now, tokens, blocks)
-        self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, row, due=now + t)
+        if isinstance(dblocks, list):
+            self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, preemptions, recomputed,
+                             starts, due=now + t, steps=dblocks)
+        else:
+            self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, preemptions,
+                             recomputed, starts, due=now + t)
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
         run = self._run
         if run is None or now < run.due:
+            return
+        if run.k == 1:  # one iteration, ended by now
+            self._run = None
+            self.recomputed += run.recomputed
+            if run.preemptions:
+                self.preempted_iterations += 1
+            if self.log is not None:
+                self.log.append(KVBatch(run.tokens, run.blocks, run.preemptions,
+                                        run.recomputed, run.starts))
             return
         start, t = run.start, run.t
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
@@ -140,29 +169,31 @@ class MemoryRecorder:
             if count:
                 js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
                 self._tokens_area += t * (count * run.tokens + run.dtokens * js)
-                self._blocks_area += t * (count * run.blocks + run.dblocks * js)
+                if run.steps is None:
+                    self._blocks_area += t * (count * run.blocks + run.dblocks * js)
+                else:
+                    self._blocks_area += t * (count * run.blocks
+                                              + sum(run.steps[first - 1:last - 1]))
                 top = last - 1  # levels never fall within a run
                 self.tokens_max = max(self.tokens_max, run.tokens + top * run.dtokens)
-                self.blocks_max = max(self.blocks_max, run.blocks + top * run.dblocks)
+                self.blocks_max = max(self.blocks_max, run.blocks_at(top))
             if self.series is not None:
                 for j in range(first, last):
                     self.series.append((start + j * t, run.tokens + j * run.dtokens,
-                                        run.blocks + j * run.dblocks))
+                                        run.blocks_at(j)))
             self._t = start + last * t
-            self.level(self._t, run.tokens + last * run.dtokens,
-                       run.blocks + last * run.dblocks)
+            self.level(self._t, run.tokens + last * run.dtokens, run.blocks_at(last))
             run.allocated = last + 1
         done = min(run.k, (now - start) // t)
         if done > run.done:
             if run.done == 0:
-                row = run.first
-                self.recomputed += row.recomputed_tokens
-                if row.preemptions:
+                self.recomputed += run.recomputed
+                if run.preemptions:
                     self.preempted_iterations += 1
             if self.log is not None:
-                self.log.extend(run.first if j == 0 else
-                                KVBatch(run.tokens + j * run.dtokens,
-                                        run.blocks + j * run.dblocks, 0, 0, 0)
+                self.log.extend(KVBatch(run.tokens, run.blocks, run.preemptions,
+                                        run.recomputed, run.starts) if j == 0 else
+                                KVBatch(run.tokens + j * run.dtokens, run.blocks_at(j), 0, 0, 0)
                                 for j in range(run.done, done))
             run.done = done
             if done == run.k:

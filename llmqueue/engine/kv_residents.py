@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from heapq import heapify
+from heapq import heapify, heappush
 from typing import List, Optional, Sequence, Tuple
 
 from llmqueue.engine.kv import FRESH, KV, PREEMPTED, UNSTARTED, kv_tokens
@@ -74,6 +74,7 @@ class MemoryResidents(Residents):
     def __init__(self, kv: KV) -> None:
         super().__init__()
         self.kv = kv
+        self.block_size = kv.block_size
         self.free = kv.blocks
         """Blocks not held."""
         self.used_tokens = 0
@@ -100,16 +101,36 @@ class MemoryResidents(Residents):
             r.memory = Held()
 
     def settle(self) -> None:
-        for r in self._incoming:
-            r.memory.n0, r.memory.cs0 = self.iterations, self._clock_sum
-            if r.prefill_left == 0:
+        incoming = self._incoming
+        if not incoming:
+            return
+        n, cs = self.iterations, self._clock_sum
+        for r in incoming:  # unstarted: after every started resident, by admission
+            rec = r.memory
+            rec.n0 = n
+            rec.cs0 = cs
+            if r.prefill_left > 0:
+                self.prefilling.append(r)
+                self.prefill_tokens += r.prefill_left
+            else:
                 self.unstarted_decoders += 1
-        super().settle()
+                self._start_decoding(r)
+        self._incoming = []
 
     def _start_decoding(self, r: Request) -> None:
-        super()._start_decoding(r)
-        if r.first_token is not None:
-            self._fresh.pop()  # it decoded before a preemption: keep its first token
+        # Residents._start_decoding, inlined (this runs once per prefill end)
+        clock = self.clock
+        left = r.end_mark - r.clock[0]
+        r.clock = clock
+        r.end_mark = clock[0] + left
+        decoding = self.decoding
+        if not decoding or decoding[-1].seq < r.seq:
+            decoding.append(r)
+        else:
+            bisect.insort(decoding, r, key=_seq)
+        heappush(self._heap, (r.end_mark, r.seq, r))
+        if r.first_token is None:  # one that decoded before a preemption keeps its first token
+            self._fresh.append(r)
         if r.seq < UNSTARTED:
             if self.phase is not None:
                 self._phase_add(r)
@@ -127,7 +148,8 @@ class MemoryResidents(Residents):
             self.phase[(r.vp + r.vd - r.end_mark) % self.kv.block_size] -= 1
 
     # -- what the gate reads --------------------------------------------
-    def view(self, cap: Optional[int] = None, started_only: bool = False) -> SimpleView:
+    def view(self, cap: Optional[int] = None, started_only: bool = False
+             ) -> "SimpleView | MemoryResidents":
         """The policy's view: every started resident, then the unstarted ones.
         With ``cap``, unstarted prefillers only until their prompts reach
         ``cap`` tokens (always at least one): an FCFS policy's later ones could
@@ -143,8 +165,8 @@ class MemoryResidents(Residents):
                 tokens += prefilling[j].prefill_left
                 j += 1
             if j < end:
-                prefilling = prefilling[:j]
-        return SimpleView(self.decoding, prefilling, len(self))
+                return SimpleView(self.decoding, prefilling[:j], len(self))
+        return self  # every resident, in order
 
     def started_order(self) -> List[Request]:
         """Started residents, oldest (re)start first."""
@@ -163,6 +185,31 @@ class MemoryResidents(Residents):
         if self.phase is None:
             return len(self.decoding) - self.unstarted_decoders
         return self.phase[-self.clock[0] % self.kv.block_size]
+
+    def block_steps(self, plan: Plan, k: int) -> List[int]:
+        """Blocks that iterations 1, 2, ... of a run of ``plan`` (a full decode
+        batch or none) add in all, as long as they fit the free blocks and at
+        most ``k - 1`` of them: with blocks of ``B`` tokens a decoder needs a
+        block when its KV is a multiple of ``B`` (counted by :attr:`phase`
+        against the clock); a ``lazy`` chunk of ``n`` needs
+        ``ceil((x + n) / B) - ceil(x / B)`` at KV ``x``."""
+        b = self.kv.block_size
+        phase = self.phase
+        c0 = self.clock[0]
+        decoders = bool(plan.decode)
+        chunks = ([(kv_tokens(r), n) for r, n in plan.prefill]
+                  if self.kv.admission == "lazy" else [])
+        steps: List[int] = []
+        total, free = 0, self.free
+        for i in range(1, k):
+            need = phase[-(c0 + i) % b] if decoders else 0  # type: ignore[index]
+            for held, n in chunks:
+                need += -(-(held + (i + 1) * n) // b) + (held + i * n) // -b
+            if total + need > free:
+                break
+            total += need
+            steps.append(total)
+        return steps
 
     # -- what the gate decided ------------------------------------------
     def start(self, r: Request) -> None:
@@ -236,9 +283,10 @@ class MemoryResidents(Residents):
 
     def release(self, r: Request) -> None:
         """Finished ``r`` gives back its KV."""
-        self.free += self.kv.held_blocks(r)
-        self.used_tokens -= r.vp + r.vd
-        self.total_tokens -= r.vp + r.vd
+        size = r.vp + r.vd  # what it holds at its end, in every admission mode
+        self.free += size if self.block_size == 1 else -(-size // self.block_size)
+        self.used_tokens -= size
+        self.total_tokens -= size
         if r.memory.preemptions:
             self.scarred -= 1
 
@@ -298,7 +346,7 @@ class MemoryResidents(Residents):
         grown = k * (k + 1) // 2
         for r, tokens in touched:  # their KV grew by ``tokens`` in each of the k iterations
             rec = r.memory
-            held = r.vp + r.vd - r.prefill_left - r.decode_left
+            held = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
             rec.area += k * (held - k * tokens) + tokens * grown
             rec.n0 = n
             rec.cs0 = cs

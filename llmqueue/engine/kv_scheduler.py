@@ -29,15 +29,18 @@ steps keep the decoders waiting (``prompt`` admission, vLLM v0's, has no such
 cycle).
 
 Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
-memory provably cannot change them: no preemption, new start or recompute in
-the choice, blocks of one token (or ``peak``), the started residents fitting
-all ``k`` allocations; otherwise, and whenever ``check_invariants`` is on,
-every iteration is stepped.
+memory provably cannot change them: the choice preempted nobody and
+recomputed nothing, its new starts (if any) are prompts that later choices
+walk in the same place of the budget (a policy that charges decodes first),
+the decoders are all served when blocks hold more than one token, and the
+started residents fitting all ``k`` allocations; otherwise, and whenever
+``check_invariants`` is on, every iteration is stepped.  Either way the
+figures are the same (``tests/test_kv_skip.py``).
 """
 
 from __future__ import annotations
 
-from typing import Generator, NamedTuple, Optional, Tuple
+from typing import Generator, List, NamedTuple, Optional, Tuple, Union
 
 import simpy
 
@@ -45,7 +48,6 @@ from llmqueue.common.units import UNLIMITED
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.gate import gate
 from llmqueue.engine.kv_invariants import check_state
-from llmqueue.engine.kv_recorder import KVBatch
 from llmqueue.policies.view import IDLE, Plan, check_plan
 
 
@@ -86,7 +88,7 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
             return None
         if engine.check_plans:
             check_plan(proposal, view, UNLIMITED, policy.name)
-        hint = None
+        hint = None  # the blocks of all decoders at once, when the proposal takes them all
         if proposal.decode is residents.decoding and not residents.unstarted_decoders:
             hint = residents.decode_need()
         gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
@@ -98,11 +100,13 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
             recorder.memory.preempted(len(gated.victims))
             recorder.add_work(now, dropped)
         residents.free = gated.free
-        if gated.plan:
-            for r in gated.starts:
+        plan = gated.plan
+        if plan.decode or plan.prefill:
+            starts = gated.starts
+            for r in starts:
                 residents.start(r)
-            engine.last_starts = gated.starts
-            return Choice(gated.plan, preempted, len(gated.starts))
+            engine.last_starts = starts
+            return Choice(plan, preempted, len(starts))
         if gated.victims:
             fallback = False
             continue
@@ -131,9 +135,10 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
 
 
 def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN001
-            ) -> Tuple[int, int]:
+            ) -> Tuple[int, Union[int, List[int]]]:
     """How many iterations of ``plan`` may run as one under memory, and the
-    blocks each after the first adds.
+    blocks each after the first adds: a number, or with blocks of ``B > 1``
+    tokens the running total after each further iteration.
 
     Called only when this choice preempted and recomputed nothing and started
     only prompts that the next choices walk in the same place (``_starts_repeat``):
@@ -142,20 +147,22 @@ def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN0
     started residents keep fitting.  Every further iteration adds ``tokens``
     KV tokens and, in blocks of one token, ``tokens`` blocks (``lazy``),
     ``decoders`` (``prompt``: chunks are reserved) or none (``peak``); larger
-    blocks grow unevenly, so they step one iteration at a time (except
-    ``peak``).  A new start that failed keeps failing (free blocks only fall
-    during the run) and one that was not tried is still not tried.
+    blocks grow unevenly (:meth:`MemoryResidents.block_steps`).  A new start
+    that failed keeps failing (free blocks only fall during the run) and one
+    that was not tried is still not tried.
     """
-    kv = engine.kv
+    kv, residents = engine.kv, engine.residents
     if kv.admission == "peak":
-        grow = 0
-    elif kv.block_size > 1:
-        return 1, 0
-    else:
-        grow = tokens if kv.admission == "lazy" else decoders
+        return engine.repeats(plan, t), 0
+    if kv.block_size > 1:
+        if plan.decode and len(plan.decode) != len(residents.decoding):
+            return 1, 0  # a partial decode batch: its decoders' blocks are not counted
+        steps = residents.block_steps(plan, engine.repeats(plan, t))
+        return 1 + len(steps), steps
+    grow = tokens if kv.admission == "lazy" else decoders
     k = engine.repeats(plan, t)
     if grow and k > 1:
-        k = min(k, 1 + engine.residents.free // grow)
+        k = min(k, 1 + residents.free // grow)
     return k, grow
 
 
@@ -164,6 +171,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     env, residents, recorder = engine.env, engine.residents, engine.recorder
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
+    check, skip = engine.check_invariants, engine.skip_ahead
     stale = 0  # tokens processed since the last iteration with a fresh token
     while True:
         if env.peek() == env.now:
@@ -196,7 +204,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         residents.used_tokens += decode + prefill
         t = engine.batch_ticks(decode, prefill, requests)
         start = env.now
-        recomputed = residents.recompute(plan)
+        recomputed = residents.recompute(plan) if residents.scarred else 0
         if recomputed < decode + prefill:
             stale = 0
         else:
@@ -207,28 +215,28 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               f"progress (policy {engine.policy.name!r}, {kv!r}); a new "
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
-        k, grow = 1, 0
-        if engine.skip_ahead and not choice.preemptions and not recomputed \
+        k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
+        if skip and not choice.preemptions and not recomputed \
                 and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)):
             k, grow = repeats(engine, plan, t, decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-        memory.allocate(start, residents.used_tokens, used,
-                        KVBatch(residents.used_tokens, used, choice.preemptions, recomputed,
-                                choice.starts), t, k, decode + prefill, grow)
-        if engine.check_invariants:
+        memory.allocate(start, residents.used_tokens, used, choice.preemptions, recomputed,
+                        choice.starts, t, k, decode + prefill, grow)
+        if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)
         prefilled, finished = residents.apply(plan, k, start, t)
         if k > 1:  # the allocations of the iterations after the first
             residents.used_tokens += (k - 1) * (decode + prefill)
-            residents.free -= (k - 1) * grow
+            residents.free -= grow[-1] if isinstance(grow, list) else (k - 1) * grow
         now = env.now
         recorder.commit(now)
+        memory.commit(now)
         if finished:
             for r in finished:
                 residents.release(r)
             memory.level(now, residents.used_tokens, kv.blocks - residents.free)
-        if engine.check_invariants:
+        if check:
             check_state(residents, kv, None)
         for r in prefilled:
             if r.on_prefilled is not None and not r.on_prefilled.triggered:

@@ -152,9 +152,9 @@ class Engine:
         r.memory.ignored = True
         self.recorder.ignore(r)
         self.recorder.memory.ignore()
-        if not self._ignored_warned:
+        kv = self.kv
+        if not self._ignored_warned and kv is not None:
             self._ignored_warned = True
-            kv = self.kv
             warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit the KV "
                           f"cache ({kv.blocks} blocks of {kv.block_size} tokens, "
                           f"{kv.reserve} kept free): it is ignored; further ones are counted "
@@ -216,9 +216,6 @@ class Engine:
     def _end_of_instant(self) -> simpy.Event:
         return later_this_instant(self.env, END_OF_INSTANT)
 
-    def end_of_instant(self) -> simpy.Event:
-        """An event after everything else of the current instant (batch choices wait for it)."""
-        return self._end_of_instant()
 
     def sleep(self) -> Generator[simpy.Event, object, None]:
         """In the scheduler process (``yield from``): wait for the next admission
@@ -227,9 +224,6 @@ class Engine:
         yield self._wake
         self._wake = None
 
-    def batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
-        """Length of one iteration of this batch, in ticks."""
-        return self._batch_ticks(decode, prefill, requests)
 
 
     def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
@@ -261,6 +255,10 @@ class Engine:
 
     #: How many identical iterations of a plan may run as one (the KV scheduler asks too).
     repeats = _repeats
+    #: Length of one iteration of a batch, in ticks.
+    batch_ticks = _batch_ticks
+    #: An event after everything else of the current instant (batch choices wait for it).
+    end_of_instant = _end_of_instant
 
     def _scheduler(self) -> Generator[simpy.Event, object, None]:
         env, residents, recorder = self.env, self.residents, self.recorder

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class Recorder:
         self.request_log: Optional[List[Request]] = [] if requests else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
         self.windows: List[Tuple[int, int]] = []
-        self.memory = None  # a MemoryRecorder when the engine has a KV cache
+        self.memory: Any = None  # a MemoryRecorder when the engine has a KV cache
 
     # -- integrals -------------------------------------------------------
     def _advance(self, now: int) -> None:
@@ -134,8 +134,6 @@ class Recorder:
 
     def commit(self, now: int) -> None:
         """Account for the iterations of the current run that ended by ``now``."""
-        if self.memory is not None:
-            self.memory.commit(now)
         run = self._run
         if run is None:
             return

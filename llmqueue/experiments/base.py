@@ -9,12 +9,14 @@ from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, O
                     Tuple)
 
 from llmqueue.common.params import Param
+from llmqueue.common.units import ceil_div
 from llmqueue.engine.kv import ADMISSIONS, KV, RESTARTS
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.latency import Staircase
 from llmqueue.models.workload import Workload
+from llmqueue.theory import memory
 
 Rows = List[Tuple[str, Result]]
 """An experiment's output: ``(label, result)`` per row."""
@@ -91,6 +93,27 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
     return KV(capacity_tokens=p["kv"], block_size=p["kv_block"],
               admission=p["kv_admission"], preemption=p["kv_preemption"],
               restart=p["kv_restart"], watermark=p["kv_watermark"])
+
+
+def memory_capacity(p: Mapping[str, Any], vp: int, vd: int, latency: Any
+                    ) -> Dict[str, Any]:
+    """``mu_mem``, ``lambda_joint`` and ``binding`` (SPEC 7.6, 9) for requests of
+    ``vp + vd`` tokens on the engine of ``p``, when it has a KV cache (else
+    ``{}``): chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else
+    whole prompts; no budget counts as whole prompts and an unbounded compute."""
+    kv = kv_of(p)
+    if kv is None:
+        return {}
+    bmax = p["bmax"]
+    chunk = bmax if p["chunked"] and bmax is not None and vp > 0 else None
+    g = memory.kv_area(vp, vd, chunk)
+    iterations = (ceil_div(vp, chunk) if chunk else 1) + vd
+    if bmax is None:
+        return {"mu_mem": memory.mu_mem(kv.tokens, g, memory.envelope_time(
+            latency, memory.b_star(kv.tokens, vp + vd, g))), "binding": "memory"}
+    joint = memory.lambda_joint(kv.tokens, vp, vd, g, bmax, latency, kmax=p["kmax"],
+                                mean_iterations=iterations)
+    return {"mu_mem": joint.memory, "lambda_joint": joint.rate, "binding": joint.binding}
 
 
 def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],

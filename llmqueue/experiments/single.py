@@ -9,7 +9,7 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
-                                       register)
+                                       memory_capacity, register)
 from llmqueue.models.workload import poisson, renewal
 
 
@@ -28,8 +28,10 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
         workload = poisson(rate, p["vp"], p["vd"], seed=options.seed or 0)
     else:
         workload = renewal(1.0 / rate, p["vp"], p["vd"])
-    result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **engine_kwargs(p),
+    kwargs = engine_kwargs(p)
+    result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **kwargs,
                       **options.logs())
+    result.add_figures(**memory_capacity(p, p["vp"], p["vd"], kwargs["latency"]))
     return [(str(p["scheduler"]), result)]
 
 

@@ -7,9 +7,9 @@ from llmqueue.policies.builtin import (BUILTIN, VLLM, ClassPriority, FasterTrans
                                        FunctionPolicy, Orca, Policy, Sarathi, StepFill,
                                        WholePrefill, make_policy, policy_names, register_policy,
                                        take_decodes, take_prefill)
-from llmqueue.policies.view import Plan, Request, SimpleView, View, make_view, population
+from llmqueue.policies.view import IDLE, Plan, Request, SimpleView, View, make_view, population
 
-__all__ = ["BUILTIN", "ClassPriority", "FasterTransformer", "FunctionPolicy", "Orca", "Plan",
-           "Policy", "Request", "Sarathi", "SimpleView", "StepFill", "VLLM", "View",
+__all__ = ["BUILTIN", "ClassPriority", "FasterTransformer", "FunctionPolicy", "IDLE", "Orca",
+           "Plan", "Policy", "Request", "Sarathi", "SimpleView", "StepFill", "VLLM", "View",
            "WholePrefill", "make_policy", "make_view", "policy_names", "population",
            "register_policy", "take_decodes", "take_prefill"]

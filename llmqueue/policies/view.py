@@ -10,7 +10,7 @@ tests and notebooks.
 
 from __future__ import annotations
 
-from typing import Hashable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Any, Hashable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 _NO_CLOCK: List[int] = [0]
 
@@ -46,7 +46,7 @@ class Request:
         self.finished: Optional[int] = None
         self.on_prefilled = None
         self.on_finished = None
-        self.memory = None  # the engine's per-request KV record, when memory is on
+        self.memory: Any = None  # the engine's per-request KV record, when memory is on
 
     @property
     def decode_left(self) -> int:
