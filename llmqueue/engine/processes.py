@@ -36,7 +36,7 @@ import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
-from llmqueue.engine.clock import later_this_instant
+from llmqueue.engine.clock import later_this_instant, now_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
@@ -99,7 +99,7 @@ class Engine:
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
-        self.residents = Residents() if kv is None else MemoryResidents(kv)
+        self.residents: Residents = Residents() if kv is None else MemoryResidents(kv)
         self._check = not isinstance(self.policy, tuple(BUILTIN.values()))
         #: the policy walks residents in order (the KV view may then be cut short)
         self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
@@ -128,7 +128,7 @@ class Engine:
             raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "
                              f"<= bmax, or chunked=true")
-        r.arrival = self.env.now
+        r.arrival = now_ticks(self.env)
         if self.kv is not None:
             r.memory = Held()
             if not self.kv.fits_ever(r.vp, r.vd):
@@ -145,7 +145,7 @@ class Engine:
             if self._arrival is not None and not self._arrival.triggered:
                 self._arrival.succeed()
         if self.max_pending is not None and self.recorder.pending > self.max_pending:
-            raise Diverged(self.env.now, self.recorder.pending)
+            raise Diverged(now_ticks(self.env), self.recorder.pending)
 
     def _ignore(self, r: Request) -> None:
         """Reject ``r``, which can never fit the KV cache (SPEC 7.1)."""
@@ -182,7 +182,7 @@ class Engine:
     @property
     def backlog(self) -> int:
         """Unprocessed tokens of all requests in the system, now."""
-        self.recorder.commit(self.env.now)
+        self.recorder.commit(now_ticks(self.env))
         return self.recorder.backlog
 
     # -- processes -------------------------------------------------------
@@ -197,7 +197,7 @@ class Engine:
 
     def _admit(self, r: Request) -> None:
         env = self.env
-        self.residents.admit(r, env.now)
+        self.residents.admit(r, now_ticks(env))
         if r.prefill_left > 0:
             r.on_prefilled = env.event()
         if r.on_finished is None:
@@ -248,9 +248,9 @@ class Engine:
             # a free slot: an arrival could be admitted and change the next batch
             nxt = env.peek()
             if nxt != float("inf"):
-                k = min(k, ceil_div(nxt - env.now, t))
+                k = min(k, ceil_div(int(nxt) - now_ticks(env), t))
         if k > 1 and self.until is not None:
-            k = min(k, (self.until - env.now - 1) // t)
+            k = min(k, (self.until - now_ticks(env) - 1) // t)
         return max(k, 1)
 
     #: How many identical iterations of a plan may run as one (the KV scheduler asks too).
@@ -294,11 +294,11 @@ class Engine:
             requests = decode + len(plan.prefill)
             t = self._batch_ticks(decode, prefill, requests)
             k = self._repeats(plan, t) if self.skip_ahead else 1
-            start = env.now
+            start = now_ticks(env)
             recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
             yield env.timeout(k * t)
             prefilled, finished = residents.apply(plan, k, start, t)
-            now = env.now
+            now = now_ticks(env)
             recorder.commit(now)
             for r in prefilled:
                 r.on_prefilled.succeed()

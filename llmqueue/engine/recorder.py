@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -66,7 +66,7 @@ class Recorder:
         self.busy = 0
         self.wc_violations = 0
         self._run: Optional[_Run] = None
-        self._members: Tuple[Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), ())
+        self._members: Tuple[Tuple[Hashable, ...], Tuple[Tuple[Hashable, int], ...]] = ((), ())
         self.ttft = array("d")
         self.tpot = array("d")
         self.e2e = array("d")
@@ -182,10 +182,12 @@ class Recorder:
         self._advance(now)
         self.pending -= 1
         self.completed += 1
-        self.ttft.append(to_seconds(r.first_token - r.arrival))
-        self.e2e.append(to_seconds(r.finished - r.arrival))
+        first, done = r.first_token, r.finished
+        assert first is not None and done is not None  # a finished request has both
+        self.ttft.append(to_seconds(first - r.arrival))
+        self.e2e.append(to_seconds(done - r.arrival))
         if r.vd > 1:
-            self.tpot.append(to_seconds(r.finished - r.first_token) / (r.vd - 1))
+            self.tpot.append(to_seconds(done - first) / (r.vd - 1))
         if self.request_log is not None:
             self.request_log.append(r)
         self._mark(now)

@@ -70,7 +70,7 @@ class RequestTimes(NamedTuple):
 class RequestMemory(NamedTuple):
     """One request's KV record (runs with a KV cache)."""
 
-    id: int
+    id: Hashable
     """Request id."""
     ignored: bool
     """Rejected on arrival: it could never fit the cache."""

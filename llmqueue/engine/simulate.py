@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import os
-from typing import Generator, Iterable, Optional, Tuple
+from typing import Generator, Iterable, Optional
 
 import numpy as np
 import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
-from llmqueue.engine.clock import wait_until
+from llmqueue.engine.clock import now_ticks, wait_until
 from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.kv_recorder import MemoryRecorder
 from llmqueue.engine.processes import Diverged, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
 from llmqueue.models.latency import LatencyModel
-from llmqueue.models.workload import Workload
+from llmqueue.models.workload import Arrival, Workload
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
 from llmqueue.theory.drift import window_times
@@ -82,9 +83,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         env.run(until=until)
     except Diverged as stop:
         diverged = stop
-    end = until if until is not None and diverged is None else env.now
+    end = until if until is not None and diverged is None else now_ticks(env)
     recorder.close(end)
-    if kv is not None:
+    if isinstance(engine.residents, MemoryResidents):
         engine.residents.book_areas()
     if recorder.request_log is not None:
         recorder.request_log.extend(engine.residents)
@@ -130,7 +131,7 @@ def restart_at(env: simpy.Environment, recorder: Recorder, at: int
     recorder.restart(at)
 
 
-def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Tuple[float, int, int]],
+def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
          until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
     """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
     at their times, numbering requests from 0 in arrival order."""

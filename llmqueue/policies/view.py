@@ -44,8 +44,8 @@ class Request:
         self.prefill_done: Optional[int] = None
         self.first_token: Optional[int] = None
         self.finished: Optional[int] = None
-        self.on_prefilled = None
-        self.on_finished = None
+        self.on_prefilled: Any = None  # the engine's events (SimPy), set on admission
+        self.on_finished: Any = None
         self.memory: Any = None  # the engine's per-request KV record, when memory is on
 
     @property
