@@ -31,9 +31,11 @@ with what memory adds, still touching only the residents that change:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import bisect
 import itertools
-from heapq import heapify, heappush
+from heapq import heapify
 from typing import List, Optional, Sequence, Tuple
 
 from llmqueue.engine.kv import FRESH, KV, PREEMPTED, UNSTARTED, kv_tokens
@@ -45,27 +47,24 @@ def _seq(r: Request) -> int:
     return r.seq
 
 
+@dataclass(slots=True)
 class Held:
     """One request's KV record (``Request.memory``)."""
 
-    __slots__ = ("preemptions", "recomputed", "high", "area", "n0", "cs0", "redo",
-                 "first_prefill", "ignored")
-
-    def __init__(self) -> None:
-        self.preemptions = 0
-        """Times it was preempted."""
-        self.recomputed = 0
-        """Tokens it processed a second (or later) time."""
-        self.high = 0
-        """Most KV tokens it ever held before its last preemption."""
-        self.area = 0
-        """Σ over iterations of its KV (token-iterations), settled to ``n0``."""
-        self.n0 = 0
-        self.cs0 = 0
-        self.redo = False
-        self.first_prefill: Optional[int] = None
-        self.ignored = False
-        """Rejected on arrival: it could never fit (SPEC 7.1)."""
+    preemptions: int = 0
+    """Times it was preempted."""
+    recomputed: int = 0
+    """Tokens it processed a second (or later) time."""
+    high: int = 0
+    """Most KV tokens it ever held before its last preemption."""
+    area: int = 0
+    """Σ over iterations of its KV (token-iterations), settled to ``n0``."""
+    n0: int = 0
+    cs0: int = 0
+    redo: bool = False
+    first_prefill: Optional[int] = None
+    ignored: bool = False
+    """Rejected on arrival: it could never fit (SPEC 7.1)."""
 
 
 class MemoryResidents(Residents):
@@ -118,17 +117,7 @@ class MemoryResidents(Residents):
         self._incoming = []
 
     def _start_decoding(self, r: Request) -> None:
-        # Residents._start_decoding, inlined (this runs once per prefill end)
-        clock = self.clock
-        left = r.end_mark - r.clock[0]
-        r.clock = clock
-        r.end_mark = clock[0] + left
-        decoding = self.decoding
-        if not decoding or decoding[-1].seq < r.seq:
-            decoding.append(r)
-        else:
-            bisect.insort(decoding, r, key=_seq)
-        heappush(self._heap, (r.end_mark, r.seq, r))
+        self._join_decoders(r)
         if r.first_token is None:  # one that decoded before a preemption keeps its first token
             self._fresh.append(r)
         if r.seq < UNSTARTED:

@@ -71,6 +71,11 @@ class Residents:
         self._incoming = []
 
     def _start_decoding(self, r: Request) -> None:
+        self._join_decoders(r)
+        self._fresh.append(r)
+
+    def _join_decoders(self, r: Request) -> None:
+        """Put ``r`` among the decoders, on the shared clock, in admission order."""
         # only decoders follow the shared clock: until now decode_left read the
         # decode tokens left (vd, or fewer after a preemption under memory)
         left = r.end_mark - r.clock[0]
@@ -82,7 +87,6 @@ class Residents:
         else:
             bisect.insort(decoding, r, key=_seq)
         heappush(self._heap, (r.end_mark, r.seq, r))
-        self._fresh.append(r)
 
     def _next_finish(self) -> int:
         """Smallest valid end mark, dropping stale heap entries on the way."""

@@ -125,14 +125,14 @@ EXPERIMENT = register(Experiment(
     options=ALL_OPTIONS - {"horizon", "warmup"},  # it runs its requests until all finish
     name="sarathi-demo",
     summary="SPEC 6.6: chunked prefill (sarathi, chunk) against whole prefills, step model",
+    run=run,
+    seeded=True,
+    checks=checks,
+    columns=COLUMNS,
     params={"chunk": Param("int", CHUNK, "prefill tokens per iteration on the chunked side"),
             "kmax": Param("int-or-none", KMAX, "most resident requests (none: unlimited)"),
             "count": Param("int", COUNT, "requests"),
             "rate": Param("float", RATE, "Poisson arrivals per second"),
             "long_fraction": Param("float", LONG_FRACTION, "share of long prompts")},
-    run=run,
-    seeded=True,
-    checks=checks,
-    columns=COLUMNS,
 ))
 

@@ -113,14 +113,14 @@ EXPERIMENT = register(Experiment(
     name="theorem2",
     summary="SPEC 6.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
             "(Poisson, 100+100 tokens, bmax 512)",
+    run=run,
+    horizon=HORIZON,
+    seeded=True,
+    columns=COLUMNS,
     params={**engine_params(bmax=BMAX, kmax=None),
             "vp": Param("int", PREFILL, "prefill tokens per request"),
             "vd": Param("int", DECODE, "decode tokens per request"),
             "loads": Param("str", ",".join(f"{x:g}" for x in LOADS),
                            "comma-separated loads, as fractions of lambda*"),
             "seeds": Param("int", SEEDS, "runs per load (run seeds drawn by the sweep from seed)")},
-    run=run,
-    horizon=HORIZON,
-    seeded=True,
-    columns=COLUMNS,
 ))
