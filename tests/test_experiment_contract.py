@@ -76,3 +76,15 @@ def test_point_c_uses_a_bmax_it_is_given():
 def test_point_c_refuses_chunked_false_on_the_reference_rows():
     with pytest.raises(ValueError, match="chunked=false needs a scheduler or a bmax"):
         point_c.rows_of(point_c.EXPERIMENT.resolve({"chunked": "false"}))
+
+
+def test_point_c_with_a_real_kv_cache_is_memory_bound():
+    # SPEC 7.8.6: 38,000 KV tokens cannot hold point C's load (1 / 0.4675 = 2.14 req/s)
+    params = point_c.EXPERIMENT.resolve({"scheduler": "sarathi", "kv": "38000"})
+    [(_, result)] = point_c.run(params, RunOptions(horizon=30.0))
+    s = result.summary
+    assert s["binding"] == "memory" and s["mu_mem"] < 1 / point_c.GAP
+    assert s["preemptions"] >= 0 and 0 < s["kv_utilization"] <= 1
+    [(_, plain)] = point_c.run(point_c.EXPERIMENT.resolve({"scheduler": "sarathi"}),
+                               RunOptions(horizon=30.0))
+    assert "binding" not in plain.summary  # no memory: the row is as before

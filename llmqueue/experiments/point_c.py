@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Tuple
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
-                                       register)
+                                       memory_capacity, register)
 from llmqueue.models.workload import renewal
 
 GAP = 0.4675          # seconds between arrivals
@@ -64,9 +64,10 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     out: Rows = []
     for name, bmax, chunked in rows_of(params):
         p = {**params, "scheduler": name, "bmax": bmax, "chunked": chunked}
+        kwargs = engine_kwargs(p)
         result = simulate(renewal(p["gap"], p["vp"], p["vd"]),
-                          horizon=options.horizon or HORIZON, **engine_kwargs(p),
-                          **options.logs())
+                          horizon=options.horizon or HORIZON, **kwargs, **options.logs())
+        result.add_figures(**memory_capacity(p, p["vp"], p["vd"], kwargs["latency"]))
         out.append((label(name, bmax, chunked), result))
     return out
 
