@@ -176,3 +176,16 @@ def test_decode_mean_counts_zero_draws_as_one(law, rounding):
     se = draws.std() / np.sqrt(draws.size)
     assert abs(draws.mean() - decode_mean(law)) < 5 * se + rounding
     assert decode_mean(law) > law.mean  # each law here can draw 0
+
+
+def test_initial_requests_arrive_at_time_zero_before_the_stream():
+    """``initial=N``: N requests at t=0 ahead of the law's own arrivals, which
+    keep their times (the arrival stream is drawn independently of sizes)."""
+    from llmqueue.models.arrivals import Poisson
+    from llmqueue.models.workload import compose
+    plain = list(compose(Poisson(2.0), 10, 5, count=4, seed=3))
+    backlog = list(compose(Poisson(2.0), 10, 5, count=7, seed=3, initial=3))
+    assert [a.time for a in backlog[:3]] == [0.0, 0.0, 0.0]
+    assert [a.time for a in backlog[3:]] == [a.time for a in plain]
+    with pytest.raises(ValueError, match="initial"):
+        compose(Poisson(2.0), 10, 5, count=4, initial=-1)

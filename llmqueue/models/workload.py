@@ -59,7 +59,7 @@ class Workload:
 
 def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
             count: Optional[int] = None, seed: int = 0, klass: Hashable = None,
-            description: Optional[str] = None) -> Workload:
+            description: Optional[str] = None, initial: int = 0) -> Workload:
     """Requests whose times follow ``arrivals`` and whose sizes follow the
     ``prefill`` and ``decode`` laws (a plain integer is a fixed size).
 
@@ -69,6 +69,10 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     the same whatever ``count`` is.  A decode law that draws 0 gives 1
     (a request has ``vd >= 1``).  ``count=None`` is an endless stream (which
     needs a horizon) unless the arrival law is finite (a trace).
+
+    ``initial`` requests arrive at time 0, before the law's first arrival
+    (SPEC 9's ``initial=N``: a backlog at the start, for metastability and
+    saturated runs); they draw the first sizes and count towards ``count``.
     """
     if not isinstance(arrivals, ArrivalLaw):
         raise ValueError(f"arrivals must be an arrival law (Renewal, Poisson, Gamma, "
@@ -77,12 +81,14 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     validation.nonnegative_int("seed", seed)
     if count is not None:
         validation.positive_int("count", count)
+    validation.nonnegative_int("initial", initial)
     if arrivals.count is not None:
-        count = arrivals.count if count is None else min(count, arrivals.count)
+        finite = arrivals.count + initial
+        count = finite if count is None else min(count, finite)
 
     def make() -> Iterator[Arrival]:
         streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
-        times = arrivals.times(streams[0])
+        times = itertools.chain(itertools.repeat(0.0, initial), arrivals.times(streams[0]))
         while True:
             vp = prefill_law.sample(streams[1], BLOCK).tolist()
             vd = decode_sizes(decode_law, streams[2], BLOCK).tolist()
@@ -90,7 +96,7 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
                 yield Arrival(t, p, d, klass)
 
     text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
-                           f"seed={seed}")
+                           f"seed={seed}" + (f", {initial} at t=0" if initial else ""))
     return Workload(make, count, text, rate=getattr(arrivals, "rate", None),
                     mean_prefill=prefill_law.mean, mean_decode=decode_mean(decode_law))
 
