@@ -131,3 +131,29 @@ def test_malformed_trace_row_names_file_and_line(tmp_path):
                            f"path={path}"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"{path}:3:" in proc.stderr
+
+
+def test_version_prints_the_package_version(capsys):
+    import llmqueue
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"llmqueue {llmqueue.__version__}"
+
+
+def test_run_name_help_lists_every_parameter_with_type_default_and_meaning(capsys):
+    from llmqueue import experiments
+    assert main(["run", "single", "--help"]) == 0
+    out = capsys.readouterr().out.split("parameters (--set KEY=VALUE):")[1]
+    for name, param in experiments.get("single").params.items():
+        line = next(x for x in out.splitlines() if x.strip().startswith(name + " "))
+        assert param.describe() in line and "default" in line
+        assert param.help in out
+    assert "default 290" in out and "one of lazy, prompt, peak" in out
+    assert "options it honours:" in out
+
+
+def test_run_without_a_name_is_exit_2_listing_the_scenarios(capsys):
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "point-c" in err and "single" in err

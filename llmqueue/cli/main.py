@@ -30,11 +30,16 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar."""
+    from llmqueue import __version__
     parser = _Parser(prog="llmqueue", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"llmqueue {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="scenarios and schedulers, one line each")
-    run = sub.add_parser("run", help="run a scenario")
-    run.add_argument("scenario")
+    run = sub.add_parser("run", help="run a scenario", add_help=False)
+    run.add_argument("-h", "--help", action="store_true",
+                     help="show this help (with NAME: the scenario's parameters) and exit")
+    run.add_argument("scenario", nargs="?", metavar="NAME", help="a scenario of `llmqueue list`")
+    run.set_defaults(run_parser=run)
     run.add_argument("--scheduler", help="scheduler name or module:attribute")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="set a scenario parameter (repeatable)")
@@ -118,8 +123,35 @@ def _drift_notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
     return out
 
 
+def experiment_help(experiment: Experiment) -> str:
+    """What ``llmqueue run NAME --help`` adds: the experiment's summary, its
+    ``--set`` parameters (type, default, meaning) and the options it honours."""
+    lines = [f"{experiment.name}: {experiment.summary}", "", "parameters (--set KEY=VALUE):"]
+    width = max((len(name) for name in experiment.params), default=0)
+    for name, p in experiment.params.items():
+        allowed = f"; one of {', '.join(p.choices)}" if p.choices else ""
+        default = str(p.default).lower() if p.default is None or isinstance(p.default, bool) \
+            else p.default
+        lines.append(f"  {name:<{width}}  {p.describe()}{allowed}; default {default}")
+        lines.append(f"  {'':<{width}}  {p.help}")
+    honoured = experiment.options if experiment.seeded else experiment.options - {"seed"}
+    options = ", ".join(sorted(honoured)) or "none"
+    horizon = "until its requests finish" if experiment.horizon is None \
+        else f"{experiment.horizon:g} s"
+    lines += ["", f"options it honours: {options}; default horizon: {horizon}"]
+    return "\n".join(lines)
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     """Run an experiment and print or write what was asked for."""
+    if args.help:
+        print(args.run_parser.format_help())
+        if args.scenario is not None:
+            print(experiment_help(experiments.get(args.scenario)))
+        return
+    if args.scenario is None:
+        raise ValueError("run needs a scenario NAME; allowed: "
+                         f"{', '.join(experiments.REGISTRY)}")
     experiment: Experiment = experiments.get(args.scenario)
     params = experiment.resolve(_overrides(args.set, args.scheduler))
     if params.get("scheduler") is not None:
