@@ -40,3 +40,30 @@ def test_trace_files_with_a_byte_order_mark_are_read(tmp_path):
 def test_no_attention_cost_without_prefill():
     model = StepModel(exponent=0.0)
     assert model.batch_time(10, 0, 10) == pytest.approx(0.005 + 10 * 0.0008)
+
+
+def test_json_output_is_strict_json_nan_and_infinities_become_null():
+    import json
+    import math
+
+    import numpy as np
+
+    from llmqueue.cli.report import strict_json
+    text = strict_json({"a": math.nan, "b": [math.inf, 1.5, (2, -math.inf)],
+                        "c": np.float64(np.nan), "d": np.int64(3), "e": 0.1})
+
+    def refuse(token):
+        raise ValueError(token)
+    assert json.loads(text, parse_constant=refuse) == {
+        "a": None, "b": [None, 1.5, [2, None]], "c": None, "d": 3, "e": 0.1}
+
+
+def test_a_run_stopped_before_any_request_finishes_fails_its_checks_cleanly(capsys):
+    import json
+
+    from llmqueue.cli.main import main
+    assert main(["run", "sarathi-demo", "--max-pending", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    checks = {c["name"].split()[0]: c for c in doc["checks"]}
+    assert not checks["TTFT"]["passed"] and "undefined" in checks["TTFT"]["detail"]
+    assert not checks["every"]["passed"]

@@ -9,8 +9,8 @@ context 0, and prints ``seconds`` and the breakdown of SPEC 8.3.
 from __future__ import annotations
 
 import argparse
-import json
 
+from llmqueue.cli.report import strict_json
 from llmqueue.common import validation
 from llmqueue.hardware.efficiency import PRESETS
 from llmqueue.hardware.roofline import TERMS, Roofline
@@ -50,7 +50,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
     ctx = BatchContext(decode * context, 1 if prefill else 0, 0, prefill * prefill, 0)
     parts = model.breakdown(decode, prefill, decode + (1 if prefill else 0), ctx)
     if args.json:
-        print(json.dumps({"gpu": model.gpu.name, "model": model.model.name, "tp": model.tp,
+        print(strict_json({"gpu": model.gpu.name, "model": model.model.name, "tp": model.tp,
                           "efficiency": args.efficiency, "prefill": prefill,
                           "decode": decode, "context": context,
                           "kv_capacity": model.kv_capacity, **parts.as_dict()}))

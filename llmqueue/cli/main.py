@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -14,7 +13,7 @@ from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
-from llmqueue.cli.report import COLUMNS, table
+from llmqueue.cli.report import COLUMNS, strict_json, table
 from llmqueue.common import validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
@@ -188,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         if checks:
             doc["checks"] = [{"name": c.name, "passed": c.passed, "detail": c.detail}
                              for c in checks]
-        print(json.dumps(doc))
+        print(strict_json(doc))
     else:
         print(table(summaries, experiment.columns or COLUMNS))
         for check in checks:
@@ -205,7 +204,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     tokens, seconds = read_samples(args.file)
     stair, line = fit_staircase(tokens, seconds, args.b0), fit_linear(tokens, seconds)
     if args.json:
-        print(json.dumps({"file": args.file, "samples": stair.samples,
+        print(strict_json({"file": args.file, "samples": stair.samples,
                           "staircase": stair.as_dict(), "linear": line.as_dict()}))
         return
     s, lin = stair.model, line.model
@@ -249,7 +248,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "params": p, "verdicts": verdicts}
     doc.update(memory_capacity(p, vp, vd, latency))
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return
     print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
           f"workload: {rate:.4g} req/s x ({vp} + {vd}) tokens = "

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 from typing import Any, Dict, List, Optional
 
 from llmqueue import experiments
-from llmqueue.cli.report import table
+from llmqueue.cli.report import strict_json, table
 from llmqueue.experiments.base import engine_kwargs
 from llmqueue.network.routers import router_names
 from llmqueue.planning.engines import plan_engines
@@ -149,7 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         if engines is not None:
             doc["k_min"] = engines.k_min
             doc["engines_for"] = engines.as_dict()
-        print(json.dumps(doc, default=str))
+        print(strict_json(doc))
         return
     if result.infeasible:
         print(f"The SLO {dict(slo.gated)} is {result.reason}.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any, Dict, List, Sequence, Tuple
 
 #: (summary key, column title, format) of the default table.
@@ -16,6 +18,26 @@ COLUMNS: List[Tuple[str, str, str]] = [
     ("throughput_tokens_per_s", "tokens/s", "{:.0f}"),
     ("completed", "done", "{:d}"),
 ]
+
+
+def strict_json(doc: Any) -> str:
+    """``doc`` as strict JSON (RFC 8259): ``NaN`` and infinities, which
+    ``json.dumps`` would write as invalid tokens, become ``null``; tuples
+    become lists and anything else JSON cannot hold becomes its text."""
+    return json.dumps(_finite(doc), allow_nan=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item) and getattr(value, "shape", None) == ():
+        return _finite(item())
+    return value
 
 
 def cell(value: object, fmt: str) -> str:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from llmqueue import experiments
-from llmqueue.cli.report import table
+from llmqueue.cli.report import strict_json, table
 from llmqueue.sweeps import grid as grids
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.sweeps.runner import Row, figure_columns, read_rows, summarize, sweep, varying
@@ -81,7 +80,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         raise SystemExit(130) from None
     points = summarize(rows)
     if args.json:
-        print(json.dumps({"scenario": scenario.name, "grid": grid, "seeds": args.seeds,
+        print(strict_json({"scenario": scenario.name, "grid": grid, "seeds": args.seeds,
                           "base_seed": args.seed, "rows": rows, "points": points}))
     else:
         print(_table(rows, points))
