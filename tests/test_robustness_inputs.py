@@ -67,3 +67,25 @@ def test_a_run_stopped_before_any_request_finishes_fails_its_checks_cleanly(caps
     checks = {c["name"].split()[0]: c for c in doc["checks"]}
     assert not checks["TTFT"]["passed"] and "undefined" in checks["TTFT"]["detail"]
     assert not checks["every"]["passed"]
+
+
+def test_ctrl_c_exits_quietly_with_130():
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "llmqueue", "run", "theorem2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)  # well inside a run of several seconds
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and err.strip().splitlines() == [
+        "llmqueue: interrupted (files already written are kept)"]
+
+
+def test_cli_warnings_are_one_line():
+    import warnings
+
+    from llmqueue.cli.main import _one_line_warning
+    text = _one_line_warning(RuntimeWarning("Mean of empty\nslice"), RuntimeWarning, "x.py", 3)
+    assert text == "llmqueue: warning: Mean of empty slice (RuntimeWarning)\n"
+    assert warnings.formatwarning is not _one_line_warning  # the API's warnings are untouched

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import textwrap
+import warnings
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from llmqueue import experiments
@@ -272,6 +273,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2 for bad input)."""
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # lets --scheduler name a module:attribute here
+    shown, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         args = build_parser().parse_args(argv)
         if args.command == "list":
@@ -287,7 +289,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ValueError, OSError, OverflowError) as exc:
         print(f"llmqueue: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("llmqueue: interrupted (files already written are kept)", file=sys.stderr)
+        return 130
+    finally:
+        warnings.formatwarning = shown
     return 0
+
+
+def _one_line_warning(message: Warning | str, category: type, filename: str, lineno: int,
+                      line: Optional[str] = None) -> str:
+    """Warnings on the command line: one line each, without the source line."""
+    text = " ".join(str(message).split())
+    return f"llmqueue: warning: {text} ({category.__name__})\n"
 
 
 if __name__ == "__main__":
