@@ -89,3 +89,51 @@ def test_cli_warnings_are_one_line():
     text = _one_line_warning(RuntimeWarning("Mean of empty\nslice"), RuntimeWarning, "x.py", 3)
     assert text == "llmqueue: warning: Mean of empty slice (RuntimeWarning)\n"
     assert warnings.formatwarning is not _one_line_warning  # the API's warnings are untouched
+
+
+@pytest.mark.parametrize("module, target, fragment", [
+    ("def bad(view, budget):\n    return None\n", "bad", "returned None; expected a Plan"),
+    ("import os\n", "os_getcwd", "cannot be imported"),
+    ("def f(:\n", "f", "cannot be imported: SyntaxError"),
+    ("raise RuntimeError('boom')\n", "x", "cannot be imported: RuntimeError: boom"),
+    ("def f(view, budget):\n    return 1 / 0\n", "f", "raised ZeroDivisionError"),
+])
+def test_user_scheduler_targets_that_are_not_policies_are_one_line_errors(
+        tmp_path, module, target, fragment):
+    (tmp_path / "userpol.py").write_text(module)
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "run", "single", "--scheduler",
+                           f"userpol:{target}", "--horizon", "5"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_modules_in_the_working_directory_do_not_shadow_dependencies(tmp_path):
+    for name in ("matplotlib", "tqdm"):
+        (tmp_path / f"{name}.py").write_text("raise ImportError('shadowed')\n")
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "run", "single", "--horizon", "5",
+                           "--plot", "out.png"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.png").stat().st_size > 0
+
+
+class _Greedy(q.Sarathi):
+    """A subclass of a built-in policy that breaks the rules."""
+
+    def plan(self, view, budget):
+        plan = super().plan(view, budget)
+        return q.Plan(list(plan.decode) + list(plan.decode[:1]), plan.prefill)  # one twice
+
+
+class _Fractional(q.Sarathi):
+    def plan(self, view, budget):
+        return q.Plan([], [(r, 0.5) for r in view.prefilling[:1]])
+
+
+@pytest.mark.parametrize("policy, fragment", [
+    (_Greedy(), "appears twice"), (_Fractional(), "prefill tokens"),
+])
+def test_subclasses_of_builtin_policies_have_their_plans_checked(policy, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        q.simulate(q.renewal(0.5, 20, 5), policy, bmax=64, kmax=10, horizon=10)

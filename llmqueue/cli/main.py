@@ -271,8 +271,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2 for bad input)."""
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # lets --scheduler name a module:attribute here
+    _user_modules_last()
     shown, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         args = build_parser().parse_args(argv)
@@ -295,6 +294,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         warnings.formatwarning = shown
     return 0
+
+
+def _user_modules_last() -> None:
+    """Let ``--scheduler module:attribute`` import a module of the working
+    directory, after every installed package: a ``tqdm.py`` or ``matplotlib.py``
+    lying there must not shadow the project's own dependencies."""
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", here)] + [here]
 
 
 def _one_line_warning(message: Warning | str, category: type, filename: str, lineno: int,

@@ -100,7 +100,8 @@ class Engine:
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
         self.residents: Residents = Residents() if kv is None else MemoryResidents(kv)
-        self._check = not isinstance(self.policy, tuple(BUILTIN.values()))
+        # every plan is checked but the built-in policies' own (a subclass is checked too)
+        self._check = type(self.policy) not in tuple(BUILTIN.values())
         #: the policy walks residents in order (the KV view may then be cut short)
         self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
         self.check_plans = self._check

@@ -263,7 +263,13 @@ class FunctionPolicy(Policy):
         self.stationary = stationary
 
     def plan(self, view: View, budget: int) -> Plan:
-        return self.function(view, budget)
+        """The function's plan; an exception it raises becomes a ``ValueError``
+        naming the policy (the original stays chained for a traceback)."""
+        try:
+            return self.function(view, budget)
+        except Exception as exc:
+            raise ValueError(f"scheduler {self.name!r} raised {type(exc).__name__}: "
+                             f"{exc}") from exc
 
 
 class ClassPriority(Policy):
@@ -348,6 +354,11 @@ def make_policy(spec: object, chunked: bool = True, **params: object) -> Policy:
 def _import(path: str) -> object:
     module_name, _, attr = path.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"scheduler {path!r} cannot be imported: {exc}") from None
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module: a syntax error, or its import raised
+        raise ValueError(f"scheduler {path!r} cannot be imported: {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())}") from None
+    if not hasattr(module, attr):
+        raise ValueError(f"scheduler {path!r} cannot be imported: module {module_name!r} has "
+                         f"no attribute {attr!r}")
+    return getattr(module, attr)

@@ -10,6 +10,7 @@ tests and notebooks.
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any, Hashable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 _NO_CLOCK: List[int] = [0]
@@ -133,7 +134,12 @@ def make_view(residents: Sequence[Tuple[Hashable, int, int]],
 
 
 def check_plan(plan: Plan, view: View, budget: int, name: str) -> None:
-    """Raise ``ValueError`` unless ``plan`` obeys rules 6a-6d for ``view``."""
+    """Raise ``ValueError`` unless ``plan`` obeys rules 6a-6d for ``view``:
+    a :class:`Plan`, each decoder once, whole-number chunks within each
+    resident's prefill left, and no more than ``budget`` tokens."""
+    if not isinstance(plan, Plan):
+        raise ValueError(f"policy {name!r} returned {plan!r}; expected a Plan(decode, "
+                         "prefill) or IDLE")
     decoding = {id(r) for r in view.decoding}
     prefilling = {id(r): r.prefill_left for r in view.prefilling}
     seen = set()
@@ -144,7 +150,8 @@ def check_plan(plan: Plan, view: View, budget: int, name: str) -> None:
         seen.add(id(r))
     for r, tokens in plan.prefill:
         left = prefilling.get(id(r))
-        if left is None or id(r) in seen or not 1 <= tokens <= left:
+        if (left is None or id(r) in seen or not isinstance(tokens, Integral)
+                or isinstance(tokens, bool) or not 1 <= tokens <= left):
             raise ValueError(f"policy {name!r} gave {tokens} prefill tokens to request "
                              f"{r.rid}; allowed: 1..its remaining prefill, once per batch")
         seen.add(id(r))
