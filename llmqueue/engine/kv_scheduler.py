@@ -202,7 +202,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             prefill += tokens
         requests = decode + len(plan.prefill)
         residents.used_tokens += decode + prefill
-        t = engine.batch_ticks(decode, prefill, requests)
+        t = engine.batch_ticks(decode, prefill, requests, plan)
         start = env.now
         recomputed = residents.recompute(plan) if residents.scarred else 0
         if recomputed < decode + prefill:

@@ -110,6 +110,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
             recorder.decode_tokens + recorder.prefill_tokens))
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   np.array(recorder.ttft), np.array(recorder.tpot),
+                  np.array(recorder.tbt), np.array(recorder.sched_delay),
+                  recorder.tokens.gaps(), recorder.latencies,
                   kv_log=memory.log if memory is not None else None,
                   kv_series=memory.series if memory is not None else None)
 

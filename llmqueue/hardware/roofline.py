@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from llmqueue.common import validation
 from llmqueue.hardware.efficiency import Efficiency
@@ -183,6 +183,31 @@ class Roofline:
         lin, ap, ad, el, tp, _, seqs = self._sides(decode, prefill, c)
         e = self.efficiency
         return e.t_step + e.t_req * seqs + self._layer + max(lin) + max(ap) + max(ad) + el + tp
+
+    def batch_times(self, decode: int, prefill: int, requests: int, context: BatchContext,
+                    k: int) -> List[float]:
+        """Seconds of ``k`` back-to-back iterations of one batch (SPEC 8.2):
+        iteration ``j`` sees ``context`` after ``j`` iterations (:meth:`BatchContext.after`).
+        Each is exactly :meth:`batch_time` at its context, computed in the same
+        order, only faster (the engine's skip-ahead over context runs)."""
+        c = self._context(decode, prefill, requests, context)
+        validation.positive_int("k", k)
+        lin, _, _, el, tp, _, seqs = self._sides(decode, prefill, c)
+        e = self.efficiency
+        head = e.t_step + e.t_req * seqs + self._layer + max(lin)
+        half = (c.chunk_sq + prefill) / 2
+        ap_f, ap_b, ad_f, ad_b = self._ap_flops, self._ap_bytes, self._ad_flops, self._ad_bytes
+        dc, cc, cross, sq = c.decode_ctx, c.chunk_ctx, c.chunk_cross, c.chunk_sq
+        out = []
+        for _ in range(k):
+            ap, ap_m = ap_f * (cross + half), ap_b * (cc + prefill)
+            ad, ad_m = ad_f * dc, ad_b * (dc + decode)
+            out.append(head + (ap if ap >= ap_m else ap_m) + (ad if ad >= ad_m else ad_m)
+                       + el + tp)
+            dc += decode
+            cc += prefill
+            cross += sq
+        return out
 
     def breakdown(self, decode: int, prefill: int, requests: int,
                   context: Optional[BatchContext] = None) -> Breakdown:

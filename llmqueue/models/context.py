@@ -54,3 +54,12 @@ class BatchContext(NamedTuple):
             count, ctx, sq, cross = count + 1, ctx + s, sq + n * n, cross + n * s
         return cls(decode_ctx, count, ctx, sq, cross)
 
+    def after(self, j: int, decode: int, prefill: int) -> "BatchContext":
+        """The context of the same batch (``decode`` decode and ``prefill``
+        prefill tokens) ``j`` iterations later: each decoder holds one more token
+        per iteration and each chunk's cached tokens grow by its size, so
+        ``decode_ctx + j*decode``, ``chunk_ctx + j*prefill`` and
+        ``chunk_cross + j*chunk_sq``."""
+        return self._replace(decode_ctx=self.decode_ctx + j * decode,
+                             chunk_ctx=self.chunk_ctx + j * prefill,
+                             chunk_cross=self.chunk_cross + j * self.chunk_sq)

@@ -58,15 +58,16 @@ class GapHistogram:
         self.min = lo if self.min is None else min(self.min, lo)
         self.max = hi if self.max is None else max(self.max, hi)
 
-    def add(self, gap: float) -> None:
-        """Count one gap of ``gap`` seconds (a finite number >= 0)."""
+    def add(self, gap: float, count: int = 1) -> None:
+        """Count ``count`` gaps of ``gap`` seconds (a finite number >= 0)."""
         gap = validation.nonnegative_number("gap", gap)
+        validation.positive_int("count", count)
         if gap == 0:
-            self.zeros += 1
+            self.zeros += count
         else:
             k = self._bin(gap)
-            self.counts[k] = self.counts.get(k, 0) + 1
-        self._extend(gap, gap, 1)
+            self.counts[k] = self.counts.get(k, 0) + count
+        self._extend(gap, gap, count)
 
     def add_many(self, gaps: Iterable[float]) -> None:
         """Count every gap of ``gaps`` (seconds, finite numbers >= 0)."""
