@@ -5,8 +5,11 @@ The engine and workload are ``--set`` parameters of ``run single``
 (``scheduler``, ``bmax``, ``kmax``, ``chunked``, the staircase's ``c``, ``a``,
 ``b0``), with ``vp``/``vd`` as size laws (``N``, ``uniform:LO:HI``,
 ``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``),
-``arrival=poisson|gamma:CV``, and ``latency=roofline`` with ``gpu``,
-``model``, ``tp``, ``efficiency``.  An SLO infeasible at zero load is a
+``arrival=poisson|gamma:CV``, ``latency=roofline`` with ``gpu``,
+``model``, ``tp``, ``efficiency``, and the KV cache keys of ``run single``
+(``kv=TOKENS``, or ``kv=auto`` for the named GPU and model's capacity, SPEC
+8.4), which add the memory bound ``lambda_kv``.  ``--tbt`` gates each
+request's largest inter-token gap.  An SLO infeasible at zero load is a
 statement, not an error (exit 0).
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 from typing import Any, Dict, List, Optional
 
@@ -70,6 +74,9 @@ def configure(pairs: List[str]) -> tuple:
         if key in values:
             raise ValueError(f"{key} cannot be set for plan: the plan searches the rate")
     own = {k: values.pop(k) for k in OWN if k in values}
+    auto = values.get("kv") == "auto"
+    if auto:
+        values["kv"] = str(2**40)  # a stand-in, resolved once the GPU and model are known
     p = experiments.REGISTRY["single"].resolve(values)
     kw = engine_kwargs(p)
     latency = kw["latency"]
@@ -82,7 +89,14 @@ def configure(pairs: List[str]) -> tuple:
                            efficiency=own.get("efficiency", "default"))
     elif kind != "staircase":
         raise ValueError(f"latency must be staircase or roofline, got {kind!r}")
-    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], latency, kw["chunked"])
+    kv = kw["kv"]
+    if auto:
+        capacity = getattr(latency, "kv_capacity", None)
+        if capacity is None:
+            raise ValueError("kv=auto needs latency=roofline with gpu=NAME and model=NAME "
+                             "(the capacity of SPEC 8.4); otherwise give kv=TOKENS")
+        kv = dataclasses.replace(kv, capacity_tokens=int(capacity))
+    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], latency, kw["chunked"], kv)
     traffic = Traffic(parse_size("vp", own.get("vp", str(p["vp"]))),
                       parse_size("vd", own.get("vd", str(p["vd"]))),
                       parse_arrival(own.get("arrival", "poisson")))
@@ -98,7 +112,8 @@ def _row(r: PlanResult) -> Dict[str, Any]:
     cost = r.cost
     return {"label": f"{r.config['scheduler']} bmax={r.config['bmax']} "
                      f"kmax={r.config['kmax']}",
-            "lambda_tok": b.lambda_tok, "lambda_slot": b.lambda_slot, "A_0": b.attainment_zero_load,
+            "lambda_tok": b.lambda_tok, "lambda_slot": b.lambda_slot, "lambda_kv": b.lambda_kv,
+            "A_0": b.attainment_zero_load,
             "goodput": f"{r.goodput:.4g} [{r.lo:.4g}, {r.hi:.4g}]",
             "crossing": r.crossing, "per_gpu": r.per_gpu_goodput,
             "A_lo": f"{_fmt(at.get('attainment'), '{:.3f}')} +- {_fmt(at.get('hw'), '{:.3f}')}",
@@ -111,6 +126,7 @@ def _row(r: PlanResult) -> Dict[str, Any]:
 
 
 COLUMNS = [("lambda_tok", "lambda_tok", "{:.4g}"), ("lambda_slot", "lambda_slot", "{:.4g}"),
+           ("lambda_kv", "lambda_kv", "{:.4g}"),
            ("A_0", "A_0", "{:.3f}"), ("goodput", "goodput [lo, hi]", "{}"),
            ("crossing", "crossing", "{:.4g}"), ("per_gpu", "per GPU", "{:.4g}"),
            ("A_lo", "A at lo", "{}"), ("ttft_p90", "TTFT p90 s", "{:.3f}"),

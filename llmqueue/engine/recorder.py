@@ -147,7 +147,13 @@ class Recorder:
                   prefill: int, requests: int, demand: int,
                   times: Optional[List[int]] = None) -> None:
         """``k`` iterations of ``plan``, each ``t`` long (or ``times[j]`` long),
-        begin at ``start``."""
+        begin at ``start``.  A request whose first prompt chunk is among them is
+        scheduled now (a request without prompt: at its first decode, when
+        the iteration is applied)."""
+        tokens = self.tokens
+        for r, _ in plan.prefill:
+            if r.prefill_left == r.vp:
+                tokens.schedule(r, start)
         self._run = _Run(start, t, k, decode, prefill, requests, demand)
         if times is not None:
             ends, at = [], start

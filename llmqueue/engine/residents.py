@@ -197,8 +197,6 @@ class Residents:
                 heapify(self._heap)
         prefilled: List[Request] = []
         for r, chunk in plan.prefill:
-            if tokens is not None and r.prefill_left == r.vp:
-                tokens.schedule(r, start)
             served = chunk * k
             r.prefill_left -= served
             self.prefill_tokens -= served
