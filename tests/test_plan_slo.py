@@ -146,3 +146,15 @@ def test_cli_plan_kv_auto_reads_the_gpu(capsys):
     staircase = ["plan", "--set", "bmax=2048", "--set", "kv=auto", "--ttft", "0.001"]
     assert main(staircase) == 2  # no GPU named: no capacity to read
     assert "kv=auto" in capsys.readouterr().err
+
+
+def test_fewest_engines_with_a_kv_cache_start_at_the_memory_bound():
+    from llmqueue.planning import plan_engines
+    kv = q.KV(capacity_tokens=10_000)
+    r = plan_engines(20.0, TRAFFIC, EngineSpec("sarathi", bmax=512, kmax=None, kv=kv),
+                     SLO(ttft=1.0, tpot=0.15), **QUICK)
+    lambda_kv = r.bounds.lambda_kv
+    assert lambda_kv < r.bounds.lambda_tok
+    assert r.k_lb == int(20.0 // lambda_kv) + 1 == 3
+    assert r.k_min is not None and r.k_min >= r.k_lb
+    assert r.probes[0].engines == r.k_lb - 1 and r.probes[0].reps == 0  # below K_lb: no run

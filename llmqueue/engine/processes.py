@@ -45,6 +45,7 @@ import simpy
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks
+from llmqueue.engine.context_runs import context_run
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
@@ -267,42 +268,6 @@ class Engine:
                              "allowed: > 0 seconds")
         return t
 
-    def _context_run(self, plan: Plan, decode: int, prefill: int, requests: int
-                     ) -> List[int]:
-        """The lengths (ticks) of the iterations of ``plan`` to run as one, for a
-        context model: the first, then, when skip-ahead allows, each later one
-        at its own context, up to the last that starts before the next event
-        (while a slot is free) and ends before the horizon; see :meth:`_repeats`."""
-        model = self.latency
-        context = self.residents.context(plan)
-        first = self._positive(to_ticks(model.batch_time(  # type: ignore[call-arg]
-            decode, prefill, requests, context=context)), decode, prefill)
-        k = self._repeats(plan, first) if self.skip_ahead else 1
-        if k == 1:
-            return [first]
-        # k is exact when later iterations last at least the first (contexts only
-        # grow); it may cut a run short otherwise, which stays exact
-        many = getattr(model, "batch_times", None)
-        if many is not None:
-            seconds = many(decode, prefill, requests, context, k)
-        else:
-            seconds = [model.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
-                                        context=context.after(j, decode, prefill))
-                       for j in range(k)]
-        env = self.env
-        now = now_ticks(env)
-        nxt = env.peek() if self.pool.level >= 1 else float("inf")
-        until = self.until if self.until is not None else float("inf")
-        times = [first]
-        at = now + first
-        for x in seconds[1:]:
-            t = to_ticks(x)
-            if at >= nxt or at + t >= until:
-                break
-            times.append(self._positive(t, decode, prefill))
-            at += t
-        return times
-
     def _repeats(self, plan, t: int) -> int:
         """How many identical iterations the scheduler may run as one."""
         env = self.env
@@ -360,7 +325,7 @@ class Engine:
             requests = decode + len(plan.prefill)
             start = now_ticks(env)
             if self.contexts:
-                times: Optional[List[int]] = self._context_run(plan, decode, prefill, requests)
+                times: Optional[List[int]] = context_run(self, plan, decode, prefill, requests)
                 t, k = times[0], len(times)  # type: ignore[index, arg-type]
                 if k == 1:
                     times = None

@@ -36,7 +36,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
 
     The run ends at ``horizon`` seconds, or, without one, when every request of
     a finite workload has arrived and finished.  ``batches``, ``requests`` and
-    ``timeseries`` keep the logs of those names.  ``warmup`` seconds at the
+    ``timeseries`` keep the logs of those names (``requests`` also each
+    finished request's scheduling delay and largest inter-token gap:
+    :meth:`Result.latencies` gives the records SLO attainment reads).  ``warmup`` seconds at the
     start are left out of the summary (warm-up deletion): its figures, and
     the backlog drift windows, cover ``[warmup, horizon]``.  ``max_pending``
     stops the run as soon as more requests are pending: the summary's verdict

@@ -38,6 +38,8 @@ import math
 from bisect import bisect_left
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from llmqueue.policies.view import Request
 from llmqueue.theory.histogram import GapHistogram
 
@@ -114,6 +116,16 @@ class TokenTimes:
         counts, broken = self.counts, self._broken
         n0 = self.iterations
         m = len(served)
+        if k == 1 and not broken and m == len(decoders):  # the usual step, in short
+            gap = first_end - self.last_end  # type: ignore[operator]  # they decoded before
+            counts[gap] = counts.get(gap, 0) + m
+            if self._gap and self._gap[-1] == gap:
+                self._at[-1] = n0 + 1
+            else:
+                self._push(n0 + 1, gap)
+            self.iterations = n0 + 1
+            self.last_end = end
+            return
         unserved: Sequence[Request] = ()
         if m != len(decoders):
             # the usual partial batch is the oldest decoders (a prefix, compared in C)
@@ -161,7 +173,10 @@ class TokenTimes:
         if k > 1:
             if times is None:
                 counts[t] = counts.get(t, 0) + m * (k - 1)
-                self._push(n0 + k, t)
+                if self._gap and self._gap[-1] == t:
+                    self._at[-1] = n0 + k  # the same gap again
+                else:
+                    self._push(n0 + k, t)
             else:
                 for tj in times[1:]:
                     counts[tj] = counts.get(tj, 0) + m
@@ -221,8 +236,9 @@ class TokenTimes:
     # -- the histogram -----------------------------------------------------
     def flush(self) -> None:
         """Move the exact counts into :attr:`histogram`."""
-        for ticks, n in self.counts.items():
-            self.histogram.add(ticks / 1e9, n)
+        if self.counts:
+            self.histogram.add_many(np.fromiter(self.counts, dtype=float) / 1e9,
+                                    np.fromiter(self.counts.values(), dtype=np.int64))
         self.counts = {}
 
     def gaps(self) -> GapHistogram:
