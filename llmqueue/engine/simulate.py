@@ -8,7 +8,7 @@ from typing import Generator, Iterable, Optional
 import numpy as np
 import simpy
 
-from llmqueue.common import validation
+from llmqueue.common import limits, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import now_ticks, wait_until
 from llmqueue.engine.kv import KV
@@ -56,6 +56,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     elif getattr(workload, "count", None) is None:
         raise ValueError("horizon must be given for an endless arrival stream "
                          "(or give the workload a count)")
+    limits.check_requests(getattr(workload, "rate", None), horizon,
+                          getattr(workload, "count", None))
     validation.nonnegative_number("warmup", warmup)
     if warmup and (horizon is None or warmup >= horizon):
         raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")

@@ -18,8 +18,8 @@ from typing import (Any, Callable, Dict, Generator, Hashable, Iterable, List, Op
 import numpy as np
 import simpy
 
-from llmqueue.common import validation
-from llmqueue.common.units import UNLIMITED, to_ticks
+from llmqueue.common import limits, validation
+from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
@@ -72,6 +72,8 @@ class Network:
         self.until: Optional[int] = None
         self.end: Optional[int] = None
         self._endless = False
+        #: (rate, count) of each fed workload, checked against the run size limit
+        self._sources: List[Tuple[Optional[float], Optional[int]]] = []
 
     # -- building --------------------------------------------------------
     def add_engine(self, name: str, policy: object = "sarathi", *, bmax: Optional[int] = 128,
@@ -168,6 +170,7 @@ class Network:
         self.route(target)  # fail now on an unknown name
         if getattr(arrivals, "count", None) is None:
             self._endless = True
+        self._sources.append((getattr(arrivals, "rate", None), getattr(arrivals, "count", None)))
         self.env.process(self._feed(target, arrivals))
 
     def _feed(self, target: str, arrivals: Iterable[Arrival]
@@ -200,6 +203,9 @@ class Network:
         elif self._endless:
             raise ValueError("horizon must be given for an endless arrival stream "
                              "(or give the workload a count)")
+        horizon_s = None if self.until is None else self.until / TICKS_PER_SECOND
+        for rate, count in self._sources:
+            limits.check_requests(rate, horizon_s, count)
         for engine in self.engines.values():
             engine.until = self.until
         self.env.run(until=self.until)
