@@ -294,3 +294,18 @@ def test_cli_wait_computes_its_quota_from_the_cache_or_takes_wait_n(capsys):
 def test_cli_refuses_bad_wait_settings(capsys, argv, match):
     assert main(["run", "single", "--horizon", "5", *argv]) == 2
     assert match in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_wait4_saturated_serves_lambda_wait():
+    # SPEC 7.8.3: t = 0.02 + 2e-5 b, arrivals above capacity: lambda_WAIT =
+    # 4 / t(4 * 220) = 106.38 req/s with no preemption
+    from llmqueue.models.arrivals import Poisson
+    from llmqueue.theory.memory import lambda_wait
+    latency = q.Staircase(0.02, 2e-5, 1)
+    workload = compose(Poisson(110.0), 20, 200, seed=1, initial=500)
+    s = q.simulate(workload, Wait(4), bmax=None, kmax=None, latency=latency, horizon=300,
+                   warmup=150, kv=q.KV(capacity_tokens=100_000)).summary
+    assert s["threshold_error"] == 0 and s["kv_max"] == 96_480
+    assert s["throughput_requests_per_s"] == pytest.approx(
+        lambda_wait([(20, 200, 1)], [4], latency), rel=0.002)
