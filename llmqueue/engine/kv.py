@@ -62,7 +62,16 @@ Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
 * preemptions count at the batch choice; ``iterations_with_preemption`` is the
   share of iterations whose choice preempted;
 * skip-ahead stays on where memory cannot change the iterations (see
-  ``kv_scheduler``); ``check_invariants`` steps every iteration.
+  ``kv_scheduler``); ``check_invariants`` steps every iteration;
+* WAIT (``policies.wait``, SPEC 7.5) ignores ``bmax``: a policy that says so
+  (``budgeted = False``) is gated with an unlimited budget and whole prompts;
+  it needs a KV cache (``needs_kv``: an engine without one refuses it); its
+  plans are not re-checked every iteration (they hold every decoder), and a
+  run reports its preemptions as ``threshold_error``;
+* a policy may return ``IDLE`` only to wait for residents: the view says when
+  none can join before the batch runs (``draining``: the workload's arrivals
+  are over, which ``feed`` tells the engine, or every kmax slot is taken), and
+  WAIT then starts what it has, so a finite run never hangs.
 """
 
 from __future__ import annotations
@@ -72,7 +81,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from llmqueue.common.units import ceil_div
-from llmqueue.policies.view import Request
+from llmqueue.policies.view import Request, processed
 
 ADMISSIONS = ("lazy", "prompt", "peak")
 PREEMPTIONS = ("recompute", "none")
@@ -220,6 +229,5 @@ def is_started(r: Request) -> bool:
     return r.seq < UNSTARTED
 
 
-def kv_tokens(r: Request) -> int:
-    """KV tokens ``r`` holds now (processed tokens of its current incarnation)."""
-    return r.vp + r.vd - r.prefill_left - r.decode_left
+#: KV tokens ``r`` holds now (processed tokens of its current incarnation).
+kv_tokens = processed

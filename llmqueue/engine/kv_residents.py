@@ -90,6 +90,9 @@ class MemoryResidents(Residents):
         self.scarred = 0
         """Residents that were preempted at least once (only they recompute)."""
         self.redo: dict = {}
+        self.draining = False
+        """Whether no resident can join before the batch being chosen runs
+        (set by the scheduler; :func:`~llmqueue.policies.view.is_draining`)."""
 
     # -- joining ---------------------------------------------------------
     def admit(self, r: Request, now: int) -> None:
@@ -147,14 +150,14 @@ class MemoryResidents(Residents):
         s = self.started_prefilling
         if started_only:
             decoding = self.decoding[:len(self.decoding) - self.unstarted_decoders]
-            return SimpleView(decoding, prefilling[:s], len(self))
+            return SimpleView(decoding, prefilling[:s], len(self), self.draining)
         if cap is not None:
             j, tokens, end = s, 0, len(prefilling)
             while j < end and (j == s or tokens < cap):
                 tokens += prefilling[j].prefill_left
                 j += 1
             if j < end:
-                return SimpleView(self.decoding, prefilling[:j], len(self))
+                return SimpleView(self.decoding, prefilling[:j], len(self), self.draining)
         return self  # every resident, in order
 
     def started_order(self) -> List[Request]:

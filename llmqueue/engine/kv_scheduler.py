@@ -16,7 +16,9 @@ are settled (SPEC 7.3 step 6):
    residents exist, the policy proposes on the started residents alone and
    that is gated (the fallback of 7.3 step 5: a ``vllm`` prefill step that
    cannot start becomes a decode step); a policy that returns
-   :data:`~llmqueue.policies.view.IDLE` leaves the GPU idle until an arrival;
+   :data:`~llmqueue.policies.view.IDLE` leaves the GPU idle until an arrival
+   (or until the arrivals end: the view then says it is draining, and WAIT
+   starts what it has);
 4. the iteration runs, progress is applied, finished residents release their
    slot and their KV.
 
@@ -82,6 +84,7 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
     while True:
         free = residents.free
         cap = min(budget, free * kv.block_size) if engine.fcfs else None
+        residents.draining = engine.draining
         view = residents.view(cap, started_only=fallback)
         proposal = policy.plan(view, UNLIMITED)
         if proposal is IDLE:

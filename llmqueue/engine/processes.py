@@ -47,6 +47,7 @@ from llmqueue.engine.residents import Residents
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import BUILTIN, Policy, WholePrefill
 from llmqueue.policies.view import Request, check_plan
+from llmqueue.policies.wait import Wait
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
 #: decisions come after both (every iteration end, release and admission of the
@@ -80,11 +81,16 @@ class Engine:
         self.name = name
         self.bmax = validation.optional_positive_int("bmax", bmax)
         self.kmax = validation.optional_positive_int("kmax", kmax)
-        self.budget = UNLIMITED if bmax is None else bmax
+        # a policy that ignores bmax (WAIT, SPEC 7.5) is gated with no budget
+        self.budget = UNLIMITED if bmax is None or not policy.budgeted else bmax
         self.latency = latency if latency is not None else Staircase()
         if not callable(getattr(self.latency, "batch_time", None)):
             raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
                              f"method; got {self.latency!r}")
+        if policy.needs_kv and kv is None:
+            raise ValueError(f"scheduler {policy.name!r} needs a KV cache: kv=KV(...) in "
+                             "Python, kv=TOKENS on the command line (its quotas are memory "
+                             "quotas)")
         self.policy = policy.for_engine(self.latency, self.kmax)
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
@@ -100,8 +106,9 @@ class Engine:
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
         self.residents: Residents = Residents() if kv is None else MemoryResidents(kv)
-        # every plan is checked but the built-in policies' own (a subclass is checked too)
-        self._check = type(self.policy) not in tuple(BUILTIN.values())
+        # every plan is checked but the package's own policies' (a subclass is checked
+        # too); WAIT's batches hold every decoder, so checking them would double a run
+        self._check = type(self.policy) not in tuple(BUILTIN.values()) + (Wait,)
         #: the policy walks residents in order (the KV view may then be cut short)
         self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
         self.check_plans = self._check
@@ -112,6 +119,8 @@ class Engine:
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
         self._wake: Optional[simpy.Event] = None
+        self.arrivals_over = False
+        """Whether the workload can bring no further request (:meth:`end_arrivals`)."""
         env.process(self._gatekeeper())
         if kv is None:
             env.process(self._scheduler())
@@ -147,6 +156,20 @@ class Engine:
                 self._arrival.succeed()
         if self.max_pending is not None and self.recorder.pending > self.max_pending:
             raise Diverged(now_ticks(self.env), self.recorder.pending)
+
+    def end_arrivals(self) -> None:
+        """No further request will arrive (a finite workload has arrived
+        whole): a policy idling on purpose is woken to drain (SPEC 7.5)."""
+        self.arrivals_over = True
+        if self.kv is not None and len(self.residents) and self._wake is not None \
+                and not self._wake.triggered:
+            self._wake.succeed()
+
+    @property
+    def draining(self) -> bool:
+        """Whether no resident can join before the next batch runs: arrivals
+        are over (nobody then waits with a slot free), or every slot is taken."""
+        return self.arrivals_over or self.pool.level < 1
 
     def _ignore(self, r: Request) -> None:
         """Reject ``r``, which can never fit the KV cache (SPEC 7.1)."""

@@ -21,6 +21,7 @@ from llmqueue.models.latency import LatencyModel
 from llmqueue.models.workload import Arrival, Workload
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
+from llmqueue.policies.wait import Wait
 from llmqueue.theory.drift import window_times
 from llmqueue.theory.stability import assess
 
@@ -47,7 +48,10 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     every figure as it was), ``batches`` and ``timeseries`` also keep
     :attr:`Result.kv_log` and :attr:`Result.kv_series`, and the request log's
     requests carry their KV record.  Every iteration is stepped (no
-    skip-ahead) when ``kv`` is set.  ``check_invariants`` checks the KV
+    skip-ahead) when ``kv`` is set.  ``policy="wait"`` needs its quotas:
+    pass ``Wait(n=...)`` (:class:`~llmqueue.policies.wait.Wait`, SPEC 7.5) and
+    a ``kv``; its summary adds ``threshold_error``, the preemptions its quotas
+    let happen (0 when they fit the cache).  ``check_invariants`` checks the KV
     invariants of SPEC 7.3 on every iteration (slow; default: the environment
     variable ``LLMQUEUE_CHECK_INVARIANTS=1``).
     """
@@ -64,7 +68,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     pol = make_policy(policy, chunked=chunked)
     env = simpy.Environment()
     until = to_ticks(horizon) if horizon is not None else None
-    recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=batches,
+    budget = bmax if pol.budgeted else None  # WAIT ignores bmax (SPEC 7.5)
+    recorder = Recorder(budget if budget is not None else UNLIMITED, batches=batches,
                         requests=requests, timeseries=timeseries)
     if kv is not None:
         recorder.memory = MemoryRecorder(kv, batches=batches, timeseries=timeseries)
@@ -97,7 +102,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     summary = summary.with_figures(**assess(summary, rate=getattr(workload, "rate", None),
                           mean_prefill=getattr(workload, "mean_prefill", None),
                           mean_decode=getattr(workload, "mean_decode", None),
-                          work_conserving=pol.work_conserving, bmax=bmax, kmax=kmax,
+                          work_conserving=pol.work_conserving, bmax=budget, kmax=kmax,
                           latency=engine.latency), diverged_at=None)
     if diverged is not None:
         summary = summary.with_figures(verdict="diverged", diverged_at=to_seconds(diverged.now))
@@ -110,6 +115,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         summary = summary.with_figures(**memory.figures(
             end, recorder.completed, recorder.batches,
             recorder.decode_tokens + recorder.prefill_tokens))
+        if isinstance(pol, Wait):  # its quotas should never let memory overflow
+            summary = summary.with_figures(threshold_error=memory.preemptions)
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   np.array(recorder.ttft), np.array(recorder.tpot),
                   kv_log=memory.log if memory is not None else None,
@@ -144,3 +151,4 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
         klass = arrival[3] if len(arrival) > 3 else None
         engine.submit(Request(rid, arrival[1], arrival[2], klass))
         rid += 1
+    engine.end_arrivals()  # the workload is exhausted before the horizon

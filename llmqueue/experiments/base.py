@@ -16,6 +16,7 @@ from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.latency import Staircase
 from llmqueue.models.workload import Workload
+from llmqueue.policies.wait import Wait
 from llmqueue.theory import memory
 
 Rows = List[Tuple[str, Result]]
@@ -57,6 +58,13 @@ MEMORY_PARAMS: Dict[str, Param] = {
 # defaults they stay out of the seeds, so runs without memory keep their numbers
 MEMORY_PARAMS = {name: replace(p, quiet_default=True) for name, p in MEMORY_PARAMS.items()}
 ENGINE_PARAMS.update(MEMORY_PARAMS)
+#: WAIT's quota (SPEC 7.5, 9: scheduler ``wait`` with ``wait_n=N``), quiet at its
+#: default like the memory keys; WAIT needs a KV cache, so networks leave it out.
+WAIT_PARAMS: Dict[str, Param] = {
+    "wait_n": Param("int-or-none", None, "WAIT's group of whole prompts (scheduler=wait, "
+                    "which ignores bmax; none: wait_thresholds from kv, vp and vd)", low=1,
+                    quiet_default=True)}
+ENGINE_PARAMS.update(WAIT_PARAMS)
 
 
 def engine_params(memory: bool = True, **defaults: object) -> Dict[str, Param]:
@@ -68,14 +76,33 @@ def engine_params(memory: bool = True, **defaults: object) -> Dict[str, Param]:
         raise ValueError(f"not engine parameters: {', '.join(sorted(unknown))}; allowed: "
                          f"{', '.join(ENGINE_PARAMS)}")
     return {name: replace(p, default=defaults[name]) if name in defaults else p
-            for name, p in ENGINE_PARAMS.items() if memory or name not in MEMORY_PARAMS}
+            for name, p in ENGINE_PARAMS.items()
+            if memory or (name not in MEMORY_PARAMS and name not in WAIT_PARAMS)}
 
 
 def engine_kwargs(p: Mapping[str, Any]) -> Dict[str, Any]:
     """Keyword arguments of :func:`llmqueue.simulate` from engine parameters."""
-    return {"policy": p["scheduler"], "bmax": p["bmax"], "kmax": p["kmax"],
+    kv = kv_of(p)
+    return {"policy": policy_of(p, kv), "bmax": p["bmax"], "kmax": p["kmax"],
             "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"]),
-            "kv": kv_of(p)}
+            "kv": kv}
+
+
+def policy_of(p: Mapping[str, Any], kv: Optional[KV]) -> object:
+    """The policy ``p["scheduler"]`` names; ``wait`` becomes ``Wait(n=wait_n)``,
+    with ``n`` from :func:`~llmqueue.theory.memory.wait_thresholds` (the cache
+    less its watermark) when ``wait_n`` is none and ``vp``, ``vd`` are fixed.
+    ``wait_n`` with another scheduler is an error, never ignored."""
+    n = p.get("wait_n")
+    if p["scheduler"] != Wait.name:
+        if n is not None:
+            raise ValueError(f"wait_n needs scheduler=wait; got scheduler={p['scheduler']!r}")
+        return p["scheduler"]
+    vp, vd = p.get("vp"), p.get("vd")
+    if n is None and kv is not None and isinstance(vp, int) and isinstance(vd, int):
+        n = memory.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+                                   block_size=kv.block_size)[0]
+    return Wait(n=n)
 
 
 def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
