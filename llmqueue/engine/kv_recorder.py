@@ -93,6 +93,7 @@ class MemoryRecorder:
         self.ignored = 0
         self.area_sum = 0
         self.area_count = 0
+        self._swaps()
         self._run: Optional[_Run] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
@@ -124,6 +125,21 @@ class MemoryRecorder:
     def preempted(self, count: int) -> None:
         """``count`` residents were preempted now."""
         self.preemptions += count
+
+    def _swaps(self) -> None:
+        self.swap_outs = self.swapped_out_tokens = self.swap_ins = self.swapped_in_tokens = 0
+        self.swap_fallbacks = self.swap_ticks = self.swap_max = 0
+
+    def swapped_out(self, tokens: int, pool: int) -> None:
+        """A victim's ``tokens`` KV tokens moved to the swap pool, which now holds ``pool``."""
+        self.swap_outs += 1
+        self.swapped_out_tokens += tokens
+        self.swap_max = max(self.swap_max, pool)
+
+    def swapped_in(self, tokens: int) -> None:
+        """A swapped request's ``tokens`` KV tokens came back from the swap pool."""
+        self.swap_ins += 1
+        self.swapped_in_tokens += tokens
 
     def ignore(self) -> None:
         """A request that can never fit arrived and was rejected."""
@@ -214,6 +230,7 @@ class MemoryRecorder:
         self.tokens_max = self.blocks_max = 0
         self.preemptions = self.preempted_iterations = self.recomputed = self.ignored = 0
         self.area_sum = self.area_count = 0
+        self._swaps()
 
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``."""
@@ -225,7 +242,7 @@ class MemoryRecorder:
         run's completed requests, iterations and processed tokens there."""
         span = end - self._origin
         seconds = to_seconds(span)
-        return {
+        figures: Dict[str, object] = {
             "throughput_requests_per_s": completed / seconds if span else None,
             "preemptions": self.preemptions,
             "preemptions_per_iteration": self.preemptions / batches if batches else None,
@@ -239,3 +256,9 @@ class MemoryRecorder:
             "ignored": self.ignored,
             "memory_area_mean": self.area_sum / self.area_count if self.area_count else None,
         }
+        if self.kv.preemption == "swap":  # kv_swap's figures, only where it swaps
+            figures.update(swap_outs=self.swap_outs, swapped_out_tokens=self.swapped_out_tokens,
+                           swap_ins=self.swap_ins, swapped_in_tokens=self.swapped_in_tokens,
+                           swap_fallbacks=self.swap_fallbacks,
+                           swap_seconds=to_seconds(self.swap_ticks), swap_max=self.swap_max)
+        return figures

@@ -40,8 +40,9 @@ from llmqueue.engine.clock import later_this_instant, now_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
-from llmqueue.engine.kv_residents import Held, MemoryResidents
+from llmqueue.engine.kv_residents import Held
 from llmqueue.engine.kv_scheduler import memory_scheduler
+from llmqueue.engine.kv_swap import memory_residents
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.residents import Residents
 from llmqueue.models.latency import LatencyModel, Staircase
@@ -105,7 +106,7 @@ class Engine:
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
-        self.residents: Residents = Residents() if kv is None else MemoryResidents(kv)
+        self.residents: Residents = Residents() if kv is None else memory_residents(kv)
         # every plan is checked but the package's own policies' (a subclass is checked
         # too); WAIT's batches hold every decoder, so checking them would double a run
         self._check = type(self.policy) not in tuple(BUILTIN.values()) + (Wait,)
@@ -179,10 +180,13 @@ class Engine:
         kv = self.kv
         if not self._ignored_warned and kv is not None:
             self._ignored_warned = True
-            warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit the KV "
-                          f"cache ({kv.blocks} blocks of {kv.block_size} tokens, "
-                          f"{kv.reserve} kept free): it is ignored; further ones are counted "
-                          "in the summary's 'ignored' without a warning", stacklevel=3)
+            cache = (f"the KV cache ({kv.blocks} blocks of {kv.block_size} tokens, "
+                     f"{kv.reserve} kept free)")
+            if kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens:
+                cache = f"the reservation of max_tokens={kv.max_tokens} (admission='peak')"
+            warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit {cache}: "
+                          "it is ignored; further ones are counted in the summary's "
+                          "'ignored' without a warning", stacklevel=3)
 
     def call(self, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and

@@ -48,11 +48,16 @@ MEMORY_PARAMS: Dict[str, Param] = {
     "kv": Param("int-or-none", None, "KV cache size in tokens (none: no memory limit)", low=1),
     "kv_block": Param("int", 1, "KV block size (tokens)", low=1),
     "kv_admission": Param("str", "lazy", "when KV blocks are taken", ADMISSIONS),
-    "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: not built)",
+    "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: needs kv_swap)",
                            ("recompute", "none", "swap")),
     "kv_restart": Param("str", "keep", "a preempted request's new work", RESTARTS),
     "kv_watermark": Param("float-or-none", None, "share of KV blocks a new start leaves free "
                           "(none: 0.01 for prompt, else 0)", low=0.0),
+    "kv_swap": Param("int-or-none", None, "CPU swap pool in tokens (kv_preemption=swap)", low=1),
+    "kv_swap_cost": Param("float", 0.0, "seconds per KV token moved to or from the swap pool",
+                          low=0.0),
+    "kv_max_tokens": Param("int-or-none", None, "tokens kv_admission=peak reserves per request "
+                           "(none: its vp + vd)", low=1),
 }
 # added after sweeps already drew run seeds from every parameter: at their
 # defaults they stay out of the seeds, so runs without memory keep their numbers
@@ -70,7 +75,7 @@ ENGINE_PARAMS.update(WAIT_PARAMS)
 def engine_params(memory: bool = True, **defaults: object) -> Dict[str, Param]:
     """:data:`ENGINE_PARAMS` with some defaults changed (same types and help),
     e.g. ``engine_params(bmax=512, kmax=None)``; ``memory=False`` leaves out
-    the KV-cache keys (networks of engines do not take them yet)."""
+    the KV-cache keys."""
     unknown = set(defaults) - set(ENGINE_PARAMS)
     if unknown:
         raise ValueError(f"not engine parameters: {', '.join(sorted(unknown))}; allowed: "
@@ -119,7 +124,9 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
         return None
     return KV(capacity_tokens=p["kv"], block_size=p["kv_block"],
               admission=p["kv_admission"], preemption=p["kv_preemption"],
-              restart=p["kv_restart"], watermark=p["kv_watermark"])
+              restart=p["kv_restart"], watermark=p["kv_watermark"],
+              swap_tokens=p.get("kv_swap"), swap_seconds_per_token=p.get("kv_swap_cost", 0.0),
+              max_tokens=p.get("kv_max_tokens"))
 
 
 def memory_capacity(p: Mapping[str, Any], vp: int, vd: int, latency: Any
