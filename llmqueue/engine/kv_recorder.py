@@ -95,6 +95,8 @@ class MemoryRecorder:
         self.area_count = 0
         self._swaps()
         self._run: Optional[_Run] = None
+        #: the current single iteration: (end, tokens, blocks, preemptions, recomputed, starts)
+        self._one: Optional[Tuple[int, int, int, int, int, int]] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
 
@@ -155,6 +157,9 @@ class MemoryRecorder:
         more (or, when ``dblocks`` is a list, the ``j``-th holds ``dblocks[j - 1]``
         blocks more than the first) and preempts, starts and recomputes nothing."""
         self.level(now, tokens, blocks)
+        if k == 1:  # one iteration (most of them): a tuple, no run to track
+            self._one = (now + t, tokens, blocks, preemptions, recomputed, starts)
+            return
         if isinstance(dblocks, list):
             self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, preemptions, recomputed,
                              starts, due=now + t, steps=dblocks)
@@ -164,17 +169,20 @@ class MemoryRecorder:
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
-        run = self._run
-        if run is None or now < run.due:
-            return
-        if run.k == 1:  # one iteration, ended by now
-            self._run = None
-            self.recomputed += run.recomputed
-            if run.preemptions:
+        one = self._one
+        if one is not None:
+            if now < one[0]:
+                return
+            self._one = None
+            _, tokens, blocks, preemptions, recomputed, starts = one
+            self.recomputed += recomputed
+            if preemptions:
                 self.preempted_iterations += 1
             if self.log is not None:
-                self.log.append(KVBatch(run.tokens, run.blocks, run.preemptions,
-                                        run.recomputed, run.starts))
+                self.log.append(KVBatch(tokens, blocks, preemptions, recomputed, starts))
+            return
+        run = self._run
+        if run is None or now < run.due:
             return
         start, t = run.start, run.t
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now

@@ -80,19 +80,22 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
     return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
 
 
-def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import cycle)
+def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an Engine
+           ) -> Optional[Choice]:
     """Propose, gate, preempt and start until a batch is found; ``None``
-    when the policy asked to idle."""
+    when the policy asked to idle.  ``swap``: the residents may swap
+    (:class:`SwapResidents`); ``drains``: the policy reads whether arrivals are
+    over (``wait``), so the view must say so."""
     residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
     recorder = engine.recorder
     prefill_first = engine.prefill_first
     preempted = 0
     fallback = False
-    swap = isinstance(residents, SwapResidents)
     while True:
         free = residents.free
         cap = min(budget, free * kv.block_size) if engine.fcfs else None
-        residents.draining = engine.draining
+        if drains:
+            residents.draining = engine.draining
         swapped = swap and bool(residents.swapped)  # no new starts while any is swapped
         view = residents.view(cap, started_only=fallback or swapped)
         proposal = policy.plan(view, UNLIMITED)
@@ -194,6 +197,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
     check, skip = engine.check_invariants, engine.skip_ahead
+    swap = isinstance(residents, SwapResidents)
+    drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     stale = 0  # tokens processed since the last iteration with a fresh token
     while True:
         if env.peek() == env.now:
@@ -209,7 +214,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             yield gpu_request
             continue
         residents.settle()
-        choice = choose(engine)
+        choice = choose(engine, swap, drains)
         used = kv.blocks - residents.free
         if choice is None:
             memory.level(env.now, residents.used_tokens, used)
@@ -244,7 +249,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
         if skip and not choice.preemptions and not recomputed and not choice.moved \
                 and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)) \
-                and not getattr(residents, "swapped", None):
+                and not (swap and residents.swapped):
             k, grow = repeats(engine, plan, t, decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         memory.allocate(start, residents.used_tokens, used, choice.preemptions, recomputed,
