@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
     run.add_argument("--requests", metavar="FILE", help="CSV of every request")
     run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    run.add_argument("--chrome-trace", metavar="FILE",
+                     help="the iterations as a Chrome trace-event JSON (open in Perfetto)")
     run.add_argument("--max-pending", type=int, metavar="N",
                      help="stop a run once more than N requests are pending (verdict "
                           "'diverged'); single-engine scenarios")
@@ -162,7 +164,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
     if args.max_pending is not None:
         validation.positive_int("--max-pending", args.max_pending)
-    options = RunOptions(horizon=args.horizon, seed=args.seed, batches=bool(args.batches),
+    options = RunOptions(horizon=args.horizon, seed=args.seed,
+                         batches=bool(args.batches or args.chrome_trace),
                          requests=bool(args.requests),
                          timeseries=bool(args.timeseries or args.plot),
                          max_pending=args.max_pending)
@@ -175,6 +178,9 @@ def cmd_run(args: argparse.Namespace) -> None:
             result.write_batches(_per_row(args.batches, label, many))
         if args.requests:
             result.write_requests(_per_row(args.requests, label, many))
+    if args.chrome_trace:
+        from llmqueue.engine.timeline import write_chrome_trace
+        write_chrome_trace(rows, args.chrome_trace)
     shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
     if args.plot:
         from llmqueue.plotting import plot_pending, save
