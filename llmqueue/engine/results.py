@@ -13,12 +13,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Hashable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import (TYPE_CHECKING, Any, Dict, Hashable, Iterator, List, Mapping, NamedTuple,
+                    Optional, Tuple)
 
 import numpy as np
 
+from llmqueue.common.frames import frame
 from llmqueue.common.units import to_seconds
 from llmqueue.policies.view import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
 
 
 class Batch(NamedTuple):
@@ -262,6 +267,24 @@ class Result:
             for row, kv in zip(rows, self.kv_log):
                 row.update(kv._asdict())
         return rows
+
+    def to_frame(self, label: str = "") -> "pandas.DataFrame":
+        """The summary as a one-row pandas DataFrame (the ``--json`` row)."""
+        return frame([self.row(label)], "Result.to_frame")
+
+    def requests_frame(self) -> "pandas.DataFrame":
+        """:meth:`requests` as a pandas DataFrame, a row per request, times in
+        seconds (with a KV cache, also the :class:`RequestMemory` columns)."""
+        rows = [r._asdict() for r in self.requests()]
+        log = self.request_log
+        if log and log[0].memory is not None:
+            for row, memory in zip(rows, self.request_memory()):
+                row.update(memory._asdict())
+        return frame(rows, "Result.requests_frame")
+
+    def batches_frame(self) -> "pandas.DataFrame":
+        """:meth:`batches` as a pandas DataFrame, a row per iteration, times in seconds."""
+        return frame(self.batches(), "Result.batches_frame")
 
     def request_memory(self) -> List[RequestMemory]:
         """Every request's KV record, by id (runs with a KV cache)."""

@@ -22,6 +22,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping,
                     Sequence, Set, Tuple)
 
 from llmqueue.common import validation
+from llmqueue.common.frames import frame
 from llmqueue.common.params import Param
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
@@ -320,12 +321,14 @@ def write_rows(path: str, rows: Sequence[Row]) -> None:
 
 
 def to_dataframe(rows: Sequence[Row]) -> "pandas.DataFrame":
-    """The rows as a pandas DataFrame (pandas is optional: ``pip install pandas``)."""
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError("to_dataframe needs pandas: pip install pandas") from None
-    return pandas.DataFrame(list(rows))
+    """The rows as a pandas DataFrame (pandas is an optional extra)."""
+    return frame(rows, "to_dataframe")
+
+
+def read_frame(path: str) -> "pandas.DataFrame":
+    """A sweep's CSV (``llmqueue sweep --out``) as a pandas DataFrame, one row per
+    run and figure columns typed as :func:`read_rows` reads them."""
+    return frame(read_rows(path), "read_frame")
 
 
 def _done_runs(path: str, tasks: Sequence[Task]) -> Dict[Tuple[str, ...], List[Row]]:
