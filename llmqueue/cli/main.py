@@ -8,14 +8,14 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.cli.report import COLUMNS, strict_json, table
-from llmqueue.common import validation
+from llmqueue.common import files, validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
 from llmqueue.policies.builtin import make_policy, policy_names
@@ -89,6 +89,18 @@ def _per_row(path: str, label: str, many: bool) -> str:
     stem, ext = os.path.splitext(path)
     safe = re.sub(r"[^\w.+-]+", "-", label).strip("-")  # labels like "colocated/total"
     return f"{stem}-{safe}{ext}"
+
+
+#: Options of ``run`` that name a CSV written per row (``--requests``: ``Result.write_requests``).
+LOGS = ("--timeseries", "--batches", "--requests")
+
+def _outputs(args: argparse.Namespace, labels: Sequence[str]) -> List[Tuple[str, str]]:
+    """The files ``run`` writes, ``(option, path)``: each log for each row
+    label (the labels' own files when there are several), then ``--plot``."""
+    out = [(option, _per_row(getattr(args, option[2:]), label, len(labels) > 1))
+           for label in labels for option in LOGS if getattr(args, option[2:])]
+    single = [("--plot", args.plot), ("--chrome-trace", args.chrome_trace)]
+    return out + [(option, path) for option, path in single if path]
 
 
 def cmd_list() -> None:
@@ -169,18 +181,20 @@ def cmd_run(args: argparse.Namespace) -> None:
                          requests=bool(args.requests),
                          timeseries=bool(args.timeseries or args.plot),
                          max_pending=args.max_pending)
+    written, inputs = experiments.files_named(_overrides(args.set, None).items())
+    files.check_outputs(_outputs(args, [""]) + written, inputs)
     rows: Rows = experiment.execute(params, options)
-    many = len(rows) > 1
+    files.check_outputs(_outputs(args, [label for label, _ in rows]) + written, inputs)
     for label, result in rows:
-        if args.timeseries:
-            result.write_timeseries(_per_row(args.timeseries, label, many))
-        if args.batches:
-            result.write_batches(_per_row(args.batches, label, many))
-        if args.requests:
-            result.write_requests(_per_row(args.requests, label, many))
+        for option in LOGS:
+            if getattr(args, option[2:]):
+                path = _per_row(getattr(args, option[2:]), label, len(rows) > 1)
+                with files.writing(path, option):
+                    getattr(result, f"write_{option[2:]}")(path)  # Result.write_requests...
     if args.chrome_trace:
         from llmqueue.engine.timeline import write_chrome_trace
-        write_chrome_trace(rows, args.chrome_trace)
+        with files.writing(args.chrome_trace, "--chrome-trace"):
+            write_chrome_trace(rows, args.chrome_trace)
     shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
     if args.plot:
         from llmqueue.plotting import plot_pending, save
@@ -292,7 +306,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             cmd_run(args)
     except (ValueError, OSError, OverflowError) as exc:
-        print(f"llmqueue: error: {exc}", file=sys.stderr)
+        text = " ".join(str(exc).splitlines())  # one line, whatever a file name holds
+        print(f"llmqueue: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("llmqueue: interrupted (files already written are kept)", file=sys.stderr)
