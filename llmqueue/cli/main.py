@@ -15,7 +15,7 @@ from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.cli.report import COLUMNS, strict_json, table
-from llmqueue.common import files, validation
+from llmqueue.common import files, progress, validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
 from llmqueue.policies.builtin import make_policy, policy_names
@@ -183,7 +183,8 @@ def cmd_run(args: argparse.Namespace) -> None:
                          max_pending=args.max_pending)
     written, inputs = experiments.files_named(_overrides(args.set, None).items())
     files.check_outputs(_outputs(args, [""]) + written, inputs)
-    rows: Rows = experiment.execute(params, options)
+    with progress.runs_shown(not args.json and sys.stderr.isatty()):
+        rows: Rows = experiment.execute(params, options)
     files.check_outputs(_outputs(args, [label for label, _ in rows]) + written, inputs)
     for label, result in rows:
         for option in LOGS:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Generator, Iterable, Optional
+from typing import Any, Generator, Iterable, Optional
 
 import numpy as np
 import simpy
 
-from llmqueue.common import limits, validation
+from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import now_ticks, wait_until
 from llmqueue.engine.kv import KV
@@ -78,7 +78,12 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead, max_pending=max_pending, kv=kv,
                     check_invariants=bool(check_invariants))
-    env.process(feed(env, engine, workload, until))
+    shown = progress.runs_are_shown()
+    meter = None
+    if shown:  # simulated seconds against the horizon, else arrivals against the count
+        meter = progress.bar(horizon if horizon is not None else workload.count,
+                             "s" if horizon is not None else "req", True, pol.name, False)
+    env.process(feed(env, engine, workload, until, meter))
     if until is not None:
         origin = to_ticks(warmup)
         if origin:
@@ -90,6 +95,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         env.run(until=until)
     except Diverged as stop:
         diverged = stop
+    finally:
+        if meter is not None:
+            meter.close()
     end = until if until is not None and diverged is None else now_ticks(env)
     recorder.close(end)
     if isinstance(engine.residents, MemoryResidents):
@@ -141,9 +149,11 @@ def restart_at(env: simpy.Environment, recorder: Recorder, at: int
 
 
 def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
-         until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
+         until: Optional[int] = None, meter: Any = None) -> Generator[simpy.Event, object, None]:
     """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
-    at their times, numbering requests from 0 in arrival order."""
+    at their times, numbering requests from 0 in arrival order.  A progress
+    ``meter`` (a tqdm bar) advances at each arrival: to the arrival time when
+    the run has a horizon, else by one request."""
     rid = 0
     for arrival in arrivals:
         if not (yield from wait_until(env, arrival[0], until, "arrival times")):
@@ -151,4 +161,6 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
         klass = arrival[3] if len(arrival) > 3 else None
         engine.submit(Request(rid, arrival[1], arrival[2], klass))
         rid += 1
+        if meter is not None:
+            meter.update(1 if until is None else env.now / 1e9 - meter.n)
     engine.end_arrivals()  # the workload is exhausted before the horizon

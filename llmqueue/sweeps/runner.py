@@ -12,7 +12,6 @@ run; ``resume`` skips the runs already in that file.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional,
 
 from llmqueue.common import files, validation
 from llmqueue.common.frames import frame
+from llmqueue.common.progress import bar as progress_bar
 from llmqueue.common.params import Param
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
@@ -163,11 +163,8 @@ def execute(tasks: Sequence[Task], executor: Optional[Executor] = None,
     ``on_done`` gets each run's rows as it finishes.  Returns the rows in task
     order.  A progress bar goes to stderr when it is a terminal (or when
     ``progress`` is true)."""
-    from tqdm import tqdm
-
-    shown = sys.stderr.isatty() if progress is None else progress
     results: List[List[Row]] = [[] for _ in tasks]
-    with tqdm(total=len(tasks), unit="run", disable=not shown, file=sys.stderr) as bar:
+    with progress_bar(len(tasks), "run", progress) as bar:
         def done(i: int, rows: List[Row]) -> None:
             results[i] = rows
             if on_done is not None:
