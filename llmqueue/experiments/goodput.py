@@ -47,7 +47,7 @@ EXPECTED = {"sarathi": 12.5, "orca": 11.2, "vllm": 8.5, "fastertransformer": 0.2
 
 #: Workload and SLO parameters shared with the ``engines`` experiment (E8.6).
 PLAN_PARAMS: Dict[str, Param] = {
-    "vp": Param("float", PREFILL, "mean prompt tokens (geometric)", above=0.0),
+    "vp": Param("float", PREFILL, "mean prompt tokens (geometric)", low=1.0),
     "vd": Param("float", DECODE, "mean output tokens (geometric)", low=1.0),
     "ttft": Param("float", TTFT, "TTFT threshold (s)", above=0.0),
     "tpot": Param("float", TPOT, "TPOT threshold (s)", above=0.0),
