@@ -23,6 +23,8 @@ from llmqueue.experiments import agents  # noqa: F401
 from llmqueue.experiments import disaggregated  # noqa: F401
 from llmqueue.experiments import parallel  # noqa: F401
 from llmqueue.experiments import rybko_stolyar  # noqa: F401
+from llmqueue.experiments import goodput  # noqa: F401
+from llmqueue.experiments import engines  # noqa: F401
 # isort: on
 
 #: Parameters whose value names a file an experiment writes (a figure): outputs.
