@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.experiments import engines
 from llmqueue.plotting import plot_capacity, save
 
@@ -36,10 +36,12 @@ def main() -> None:
           f"{params['reps']} replications a round (up to {params['max_reps']}), seed {SEED}\n")
     results = engines.searches(params, SEED, progress=None)
     rows = engines.rows_of(results)
-    print(table([result.row(label) for label, result in rows], engines.COLUMNS))
-    for check in engines.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    print("\n" + "\n".join(engines.notes(rows, params)))
+    print(report(engines.EXPERIMENT, rows, params))
+    print("\nthe search, probe by probe (K engines: attainment +- half-width, replications)")
+    for router, result in results.items():
+        steps = [f"K={p.engines} {p.decision}" + ("" if p.mean is None else
+                 f" {p.mean:.3f}+-{p.hw or 0:.3f} ({p.reps})") for p in result.probes]
+        print(f"  {router:<11} " + "; ".join(steps))
     title = (f"Fewest engines for {params['rate']:g} req/s by router (SPEC E8.6): sarathi, "
              f"bmax = {params['bmax']}, E8.5's SLO; {params['reps']} x {params['requests']} "
              f"requests a round (up to {params['max_reps']}), seed {SEED}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.experiments import goodput
 from llmqueue.plotting import plot_capacity, save
 
@@ -32,23 +32,38 @@ SEED = 0
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots", "goodput.png")
 
 
+def cost_lines(results: dict, params: dict) -> list:
+    """The cost arithmetic, scheduler by scheduler: output tokens an hour at the
+    goodput, and what a million of them cost at the GPU's hourly price."""
+    lines = [f"cost at ${params['price']:.2f} per GPU-hour, output tokens at the goodput:"]
+    for name, result in results.items():
+        tokens_per_hour = result.goodput * params["vd"] * 3600
+        dollars = params["price"] / tokens_per_hour * 1e6 if tokens_per_hour else float("inf")
+        lines.append(f"  {name:<18} {result.goodput:7.3f} req/s x {params['vd']:g} tokens x "
+                     f"3600 s = {tokens_per_hour / 1e6:6.3f} M tokens/h -> ${dollars:,.3f} per M")
+    return lines
+
+
 def main() -> None:
-    """Plan the four schedulers, print the table and the checks, draw the figure."""
+    """Plan the four schedulers, print the table, the checks and the cost
+    arithmetic, draw the figure."""
     params = goodput.EXPERIMENT.resolve({})
-    print(f"E8.5: {params['requests']} measured requests x {params['reps']} replications a "
-          f"round (up to {params['max_reps']}), seed {SEED}\n")
     results = goodput.plans(params, SEED, progress=None)
-    rows = goodput.rows_of(results)
-    print(table([result.row(label) for label, result in rows], goodput.COLUMNS))
-    for check in goodput.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    print("\n" + "\n".join(goodput.notes(rows, params)))
-    title = (f"Goodput by scheduler (SPEC E8.5): staircase, bmax = {params['bmax']}, geometric "
-             f"{params['vp']:g}/{params['vd']:g}, TTFT <= {params['ttft']:g} s and TPOT <= "
-             f"{params['tpot']:g} s for {params['target']:.0%}; {params['reps']} x "
-             f"{params['requests']} requests a round, seed {SEED}")
-    save(plot_capacity(list(results.values()), textwrap.fill(title, 100)), PLOT)
+    print(f"E8.5 with {params['requests']} measured requests x {params['reps']} replications "
+          f"a round (up to {params['max_reps']}), seed {SEED}\n")
+    print(report(goodput.EXPERIMENT, goodput.rows_of(results), params))
+    print("\n" + "\n".join(cost_lines(results, params)))
+    save(plot_capacity(list(results.values()), figure_title(params)), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
+
+
+def figure_title(params: dict) -> str:
+    """The plot's title: the engine, the traffic, the SLO and the effort."""
+    return textwrap.fill(
+        f"Goodput by scheduler (SPEC E8.5): staircase, bmax = {params['bmax']}, geometric "
+        f"{params['vp']:g}/{params['vd']:g}, TTFT <= {params['ttft']:g} s and TPOT <= "
+        f"{params['tpot']:g} s for {params['target']:.0%}; {params['reps']} x "
+        f"{params['requests']} requests a round, seed {SEED}", 100)
 
 
 if __name__ == "__main__":

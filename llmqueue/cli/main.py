@@ -8,13 +8,13 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
-from llmqueue.cli.report import COLUMNS, strict_json, table
+from llmqueue.cli.report import report, strict_json, table
 from llmqueue.common import files, progress, validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
@@ -118,25 +118,6 @@ def _first_sentence(doc: str) -> str:
     return text if end < 0 else text[:end + 1]
 
 
-def _drift_notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
-    """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
-    out = []
-    for label, result in rows:
-        s = result.summary
-        if s.get("diverged_at") is not None:
-            out.append(f"{label}: diverged: {s['pending_final']} requests pending at "
-                       f"t = {s['diverged_at']:.2f} s (the run stopped there)")
-            continue
-        if s.get("verdict") is None or s.get("backlog_slope") is None:
-            continue
-        theory = "" if s.get("predicted") is None else \
-            f"; theory: {s['predicted']} (load {s['load']:.3f})"
-        out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
-                   f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
-                   f"{s['verdict']}{theory}")
-    return out
-
-
 def experiment_help(experiment: Experiment) -> str:
     """What ``llmqueue run NAME --help`` adds: the experiment's summary, its
     ``--set`` parameters (type, default, meaning) and the options it honours."""
@@ -211,13 +192,7 @@ def cmd_run(args: argparse.Namespace) -> None:
                              for c in checks]
         print(strict_json(doc))
     else:
-        print(table(summaries, experiment.columns or COLUMNS))
-        for check in checks:
-            print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-        notes = experiment.notes or _drift_notes
-        lines = notes(rows, params)
-        if lines:
-            print("\n" + "\n".join(lines))
+        print(report(experiment, rows, params, checks))
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
