@@ -24,7 +24,7 @@ from llmqueue.network import (JSQ, JobContext, JSQTokens, Network, NetworkResult
                               class_stream, job_summary, make_router, router_names, start_jobs)
 from llmqueue.planning import EngineSpec, Traffic, plan, plan_engines
 from llmqueue.policies import (VLLM, ClassPriority, FasterTransformer, Orca, Plan, Policy, Request,
-                               Sarathi, StepFill, WholePrefill, make_policy, make_view,
+                               Sarathi, StepFill, Wait, WholePrefill, make_policy, make_view,
                                policy_names, register_policy)
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 from llmqueue.theory.memory import (kv_area, kv_bytes_per_token, kv_capacity_tokens, lambda_joint,
@@ -39,7 +39,7 @@ __all__ = [
     "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal",
     "Request", "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "SLO",
     "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
-    "TraceTimes", "Traffic", "UniformInt", "VLLM", "WholePrefill", "Workload", "by_class",
+    "TraceTimes", "Traffic", "UniformInt", "VLLM", "Wait", "WholePrefill", "Workload", "by_class",
     "class_stream", "compose", "fit_linear", "fit_staircase", "from_list", "gpu",
     "job_summary", "kv_area", "kv_bytes_per_token", "kv_capacity", "kv_capacity_tokens",
     "lambda_joint", "make_policy", "make_router", "make_view", "model", "mu_mem", "plan",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import sarathi_demo as demo
 from llmqueue.plotting import plot_chunk_sweep, save
@@ -34,10 +34,7 @@ def main() -> None:
     """Run both rows, print the checks, then sweep the chunk size and plot it."""
     params = demo.EXPERIMENT.resolve({})
     rows = demo.run(params, RunOptions(seed=demo.SEED))
-    print(table([result.row(label) for label, result in rows], demo.COLUMNS))
-    print()
-    for check in demo.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+    print(report(demo.EXPERIMENT, rows, params))
 
     figures = demo.sweep(demo.SWEEP, SEEDS)
     print(f"\nchunk sweep, mean over {len(SEEDS)} seeds (whole prefill: TTFT p99 "

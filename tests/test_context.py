@@ -166,8 +166,10 @@ def test_the_running_sums_count_every_cached_token(seed, checked_contexts):
     latency = q.Roofline("A100-80GB", "codellama-34b")
     name = ["sarathi", "orca", "vllm", "fastertransformer"][seed]
     q.simulate(workload, name, bmax=64, kmax=16, latency=latency)
+    swap = dict(preemption="swap", swap_tokens=4000) if seed % 2 else {}  # KV kept on the CPU
     kv = q.KV(capacity_tokens=2000, block_size=rng.choice([1, 16]),
-              admission=rng.choice(["lazy", "prompt"]), restart=rng.choice(["keep", "scratch"]))
+              admission=rng.choice(["lazy", "prompt"]), restart=rng.choice(["keep", "scratch"]),
+              **swap)
     result = q.simulate(workload, ["sarathi", "orca"][seed % 2], bmax=128, kmax=None,
                         latency=latency, kv=kv)
     assert result.summary["preemptions"] > 0  # decoders left and came back

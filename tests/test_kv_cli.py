@@ -46,7 +46,7 @@ def test_every_single_engine_experiment_takes_the_kv_keys(capsys):
 
 @pytest.mark.parametrize("setting, message", [
     (["kv_block=16"], "kv_block needs a KV cache"),
-    (["kv=1000", "kv_preemption=swap"], "swap' is not supported yet"),
+    (["kv=1000", "kv_preemption=swap"], "swap_tokens must be an integer >= 1 (kv_swap"),
     (["kv=1000", "kv_admission=eager"], "kv_admission must be one of lazy, prompt, peak"),
     (["kv=0"], "kv must be"),
     (["kv=1000", "kv_watermark=-1"], "kv_watermark must be"),
@@ -59,9 +59,17 @@ def test_bad_kv_settings_are_refused(capsys, setting, message):
     assert message in capsys.readouterr().err
 
 
-def test_networks_do_not_take_kv_keys(capsys):
-    assert main(["run", "parallel", "--set", "kv=1000", "--horizon", "5"]) == 2
-    assert "has no parameter 'kv'" in capsys.readouterr().err
+def test_networks_take_the_kv_keys_one_cache_per_engine(capsys):
+    doc = run_json(capsys, "run", "parallel", "--set", "engines=2", "--set", "kv=20000",
+                   "--horizon", "20")
+    rows = {row["label"]: row for row in doc["rows"]}
+    assert set(rows) == {"engine-0", "engine-1", "total"}
+    for name in ("engine-0", "engine-1"):  # each replica reports its own cache
+        assert MEMORY_KEYS <= set(rows[name]) and rows[name]["kv_max"] <= 20000
+    assert rows["total"]["preemptions"] == rows["engine-0"]["preemptions"] + \
+        rows["engine-1"]["preemptions"]
+    plain = run_json(capsys, "run", "parallel", "--set", "engines=2", "--horizon", "20")
+    assert not MEMORY_KEYS & set(plain["rows"][0])
 
 
 def test_constant_iteration_time_with_a_zero(capsys):

@@ -205,7 +205,7 @@ def test_the_gate_changes_nothing():
     ({"num_blocks": 0}, "num_blocks must be an integer >= 1"),
     ({"capacity_tokens": 10, "block_size": 0}, "block_size must be an integer >= 1"),
     ({"capacity_tokens": 10, "admission": "eager"}, "admission must be one of lazy, prompt"),
-    ({"capacity_tokens": 10, "preemption": "swap"}, "swap.*not supported yet"),
+    ({"capacity_tokens": 10, "preemption": "swap"}, "swap' needs a swap pool: swap_tokens"),
     ({"capacity_tokens": 10, "preemption": "drop"}, "preemption must be one of recompute"),
     ({"capacity_tokens": 10, "restart": "again"}, "restart must be one of keep, scratch"),
     ({"capacity_tokens": 10, "watermark": 1.0}, r"watermark must be a number in \[0, 1\)"),

@@ -3,6 +3,7 @@ iteration over random small configurations, conservation of requests and
 tokens (recompute included), a cache that never binds changing nothing, and
 SPEC 7.8.1's simulated throughput."""
 
+import dataclasses
 import random
 import warnings
 from collections import defaultdict
@@ -54,9 +55,77 @@ def allowed_stall(config, error):
     return "bmax" in text and not config["chunked"] and config["kv"].restart == "keep"
 
 
+@st.composite
+def swap_configurations(draw):
+    """:func:`configurations` with ``preemption="swap"``: pools from one block
+    to more than the cache, costs 0 or 0.01 s per token, and caches from the
+    largest request to twice that, so that memory binds and requests swap."""
+    config = draw(configurations())
+    kv = config["kv"]
+    largest = max(kv.blocks_for(vp + vd) for _, vp, vd in config["rows"]) + kv.reserve
+    blocks = draw(st.integers(largest, 2 * largest + 1))
+    config["kv"] = dataclasses.replace(
+        kv, num_blocks=blocks, preemption="swap",
+        swap_tokens=draw(st.integers(1, blocks + 2)) * kv.block_size,
+        swap_seconds_per_token=draw(st.sampled_from([0.0, 0.01])))
+    return config
+
+
+@st.composite
+def capped_configurations(draw):
+    """:func:`configurations` under ``peak`` admission with a ``max_tokens`` cap."""
+    config = draw(configurations())
+    kv = config["kv"]
+    usable = (kv.blocks - kv.reserve) * kv.block_size  # >= 1: the watermark is < 1
+    config["kv"] = dataclasses.replace(kv, admission="peak",
+                                       max_tokens=draw(st.integers(1, usable)))
+    return config
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configurations())
 def test_invariants_and_conservation_on_random_configurations(config):
+    check_configuration(config)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(capped_configurations())
+def test_invariants_and_conservation_with_a_peak_cap(config):
+    r = check_configuration(config)
+    if r is not None:  # every request that started reserved the cap
+        cap = config["kv"].blocks_for(config["kv"].max_tokens)
+        assert all(k.kv_blocks % cap == 0 for k in r.kv_log)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(swap_configurations())
+def test_invariants_and_conservation_with_swap(config):
+    # check_invariants adds the pool's: swapped requests hold no block, are
+    # never served, and fill at most the pool
+    r = check_configuration(config)
+    kv = config["kv"]
+    if r is None:
+        return
+    s = r.summary
+    assert s["swap_outs"] + s["swap_fallbacks"] == s["preemptions"]
+    # the run drains: everything swapped out came back, token for token
+    assert (s["swap_ins"], s["swapped_in_tokens"]) == (s["swap_outs"], s["swapped_out_tokens"])
+    assert s["swap_max"] <= kv.swap_blocks * kv.block_size
+    for x in r.request_log:
+        rec = x.memory
+        assert not rec.swapped
+        if rec.preemptions == rec.swaps:  # only swapped, never recomputed
+            assert rec.recomputed == 0
+    # each iteration lasts 0.1 s plus its swap traffic
+    durations = sum(b.duration for b in r.batch_log) / 1e9
+    assert durations == pytest.approx(0.1 * len(r.batch_log) + s["swap_seconds"])
+    assert s["swap_seconds"] == pytest.approx(
+        kv.swap_seconds_per_token * (s["swapped_out_tokens"] + s["swapped_in_tokens"]))
+
+
+def check_configuration(config):
+    """Run ``config`` with the invariants checked on every iteration and check
+    requests and tokens; the result, or None where the model itself stops."""
     kv = config["kv"]
     try:
         # check_invariants: blocks <= N, blocks = Σ held, no resident served
@@ -69,10 +138,10 @@ def test_invariants_and_conservation_on_random_configurations(config):
                            requests=True, timeseries=True, check_invariants=True)
     except Stalled as error:
         assert allowed_stall(config, error), error
-        return
+        return None
     except ValueError as error:  # a whole prompt over bmax is refused on arrival
         assert "can never fit bmax" in str(error)
-        return
+        return None
     s = r.summary
     # requests: all arrived, each finished or ignored (the run drains)
     assert s["arrivals"] == len(config["rows"])
@@ -111,6 +180,7 @@ def test_invariants_and_conservation_on_random_configurations(config):
     assert not r.kv_series or r.kv_series[-1][1:] == (0, 0)  # all released at the end
     assert s["kv_max"] <= kv.tokens
     assert s["kv_utilization"] is None or 0 <= s["kv_utilization"] <= 1  # None: no time ran
+    return r
 
 
 def reconstructed_areas(result):

@@ -13,7 +13,7 @@ from llmqueue.theory.capacity import peak_token_rate
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--set", "vp=99999999999999999999999"], "vp must be a whole number of tokens"),
-    (["--horizon", "1e308"], "times must be within"),
+    (["--horizon", "1e308"], "requests per run"),
     (["--set", "rate=1e-300"], "times must be within"),
     (["--set", "c=1e308", "--set", "a=1e308"], "times must be within"),
 ])
@@ -137,3 +137,36 @@ class _Fractional(q.Sarathi):
 def test_subclasses_of_builtin_policies_have_their_plans_checked(policy, fragment):
     with pytest.raises(ValueError, match=fragment):
         q.simulate(q.renewal(0.5, 20, 5), policy, bmax=64, kmax=10, horizon=10)
+
+
+@pytest.mark.parametrize("argv", [
+    ["single", "--set", "rate=1e308"], ["single", "--set", "gap=1e-300"],
+    ["single", "--set", "arrival=poisson", "--set", "rate=1e12"],
+    ["parallel", "--set", "load=1e20"], ["theorem2", "--set", "loads=1e23"],
+])
+def test_runs_asking_for_more_requests_than_the_limit_are_refused_at_once(argv):
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "run"] + argv,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "LLMQUEUE_MAX_REQUESTS" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_the_request_limit_counts_rate_times_horizon_and_can_be_raised(monkeypatch):
+    from llmqueue.common import limits
+    limits.check_requests(1000.0, 10_000.0)  # 10^7: at the limit
+    with pytest.raises(ValueError, match="10,000,000 requests per run"):
+        limits.check_requests(1000.0, 10_001.0)
+    with pytest.raises(ValueError, match="limit"):
+        limits.check_requests(None, None, count=10**7 + 1)
+    monkeypatch.setenv("LLMQUEUE_MAX_REQUESTS", "100")
+    with pytest.raises(ValueError, match="the limit is 100 "):
+        q.simulate(q.renewal(0.01, 10, 2), horizon=1.5)
+    monkeypatch.setenv("LLMQUEUE_MAX_REQUESTS", "lots")
+    with pytest.raises(ValueError, match="LLMQUEUE_MAX_REQUESTS must be an integer"):
+        limits.check_requests(1.0, 1.0)
+
+
+def test_a_sweep_grid_larger_than_the_run_limit_is_refused():
+    from llmqueue.sweeps.grid import expand
+    with pytest.raises(ValueError, match="the limit is 100,000"):
+        expand({"a": list(range(1000)), "b": list(range(1000))})

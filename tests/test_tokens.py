@@ -146,8 +146,10 @@ def test_largest_gaps_match_the_batch_log(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_largest_gaps_match_the_batch_log_under_preemption(seed):
     rng = random.Random(100 + seed)
+    swap = dict(preemption="swap", swap_tokens=5000) if seed % 2 else {}  # KV kept on the CPU
     kv = q.KV(capacity_tokens=rng.choice([1500, 3000]), block_size=rng.choice([1, 16]),
-              admission=rng.choice(["lazy", "prompt"]), restart=rng.choice(["keep", "scratch"]))
+              admission=rng.choice(["lazy", "prompt"]), restart=rng.choice(["keep", "scratch"]),
+              **swap)
     result = q.simulate(random_rows(rng, 150), ["sarathi", "orca"][seed % 2], bmax=128,
                         kmax=None, kv=kv, batches=True, requests=True)
     assert result.summary["preemptions"] > 0

@@ -8,14 +8,14 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
-from llmqueue.cli.report import COLUMNS, strict_json, table
-from llmqueue.common import validation
+from llmqueue.cli.report import report, strict_json, table
+from llmqueue.common import files, progress, validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
 from llmqueue.policies.builtin import make_policy, policy_names
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
     run.add_argument("--requests", metavar="FILE", help="CSV of every request")
     run.add_argument("--plot", metavar="FILE", help="PNG of pending over time")
+    run.add_argument("--chrome-trace", metavar="FILE",
+                     help="the iterations as a Chrome trace-event JSON (open in Perfetto)")
     run.add_argument("--max-pending", type=int, metavar="N",
                      help="stop a run once more than N requests are pending (verdict "
                           "'diverged'); single-engine scenarios")
@@ -89,6 +91,18 @@ def _per_row(path: str, label: str, many: bool) -> str:
     return f"{stem}-{safe}{ext}"
 
 
+#: Options of ``run`` that name a CSV written per row (``--requests``: ``Result.write_requests``).
+LOGS = ("--timeseries", "--batches", "--requests")
+
+def _outputs(args: argparse.Namespace, labels: Sequence[str]) -> List[Tuple[str, str]]:
+    """The files ``run`` writes, ``(option, path)``: each log for each row
+    label (the labels' own files when there are several), then ``--plot``."""
+    out = [(option, _per_row(getattr(args, option[2:]), label, len(labels) > 1))
+           for label in labels for option in LOGS if getattr(args, option[2:])]
+    single = [("--plot", args.plot), ("--chrome-trace", args.chrome_trace)]
+    return out + [(option, path) for option, path in single if path]
+
+
 def cmd_list() -> None:
     """Print scenarios and schedulers."""
     for name, scenario in experiments.REGISTRY.items():
@@ -102,25 +116,6 @@ def _first_sentence(doc: str) -> str:
     text = " ".join(doc.split("\n\n")[0].split()).replace("``", "")
     end = text.find(". ")
     return text if end < 0 else text[:end + 1]
-
-
-def _drift_notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
-    """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
-    out = []
-    for label, result in rows:
-        s = result.summary
-        if s.get("diverged_at") is not None:
-            out.append(f"{label}: diverged: {s['pending_final']} requests pending at "
-                       f"t = {s['diverged_at']:.2f} s (the run stopped there)")
-            continue
-        if s.get("verdict") is None or s.get("backlog_slope") is None:
-            continue
-        theory = "" if s.get("predicted") is None else \
-            f"; theory: {s['predicted']} (load {s['load']:.3f})"
-        out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
-                   f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
-                   f"{s['verdict']}{theory}")
-    return out
 
 
 def experiment_help(experiment: Experiment) -> str:
@@ -162,19 +157,26 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
     if args.max_pending is not None:
         validation.positive_int("--max-pending", args.max_pending)
-    options = RunOptions(horizon=args.horizon, seed=args.seed, batches=bool(args.batches),
+    options = RunOptions(horizon=args.horizon, seed=args.seed,
+                         batches=bool(args.batches or args.chrome_trace),
                          requests=bool(args.requests),
                          timeseries=bool(args.timeseries or args.plot),
                          max_pending=args.max_pending)
-    rows: Rows = experiment.execute(params, options)
-    many = len(rows) > 1
+    written, inputs = experiments.files_named(_overrides(args.set, None).items())
+    files.check_outputs(_outputs(args, [""]) + written, inputs)
+    with progress.runs_shown(not args.json and sys.stderr.isatty()):
+        rows: Rows = experiment.execute(params, options)
+    files.check_outputs(_outputs(args, [label for label, _ in rows]) + written, inputs)
     for label, result in rows:
-        if args.timeseries:
-            result.write_timeseries(_per_row(args.timeseries, label, many))
-        if args.batches:
-            result.write_batches(_per_row(args.batches, label, many))
-        if args.requests:
-            result.write_requests(_per_row(args.requests, label, many))
+        for option in LOGS:
+            if getattr(args, option[2:]):
+                path = _per_row(getattr(args, option[2:]), label, len(rows) > 1)
+                with files.writing(path, option):
+                    getattr(result, f"write_{option[2:]}")(path)  # Result.write_requests...
+    if args.chrome_trace:
+        from llmqueue.engine.timeline import write_chrome_trace
+        with files.writing(args.chrome_trace, "--chrome-trace"):
+            write_chrome_trace(rows, args.chrome_trace)
     shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
     if args.plot:
         from llmqueue.plotting import plot_pending, save
@@ -190,13 +192,7 @@ def cmd_run(args: argparse.Namespace) -> None:
                              for c in checks]
         print(strict_json(doc))
     else:
-        print(table(summaries, experiment.columns or COLUMNS))
-        for check in checks:
-            print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-        notes = experiment.notes or _drift_notes
-        lines = notes(rows, params)
-        if lines:
-            print("\n" + "\n".join(lines))
+        print(report(experiment, rows, params, checks))
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -286,7 +282,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             cmd_run(args)
     except (ValueError, OSError, OverflowError) as exc:
-        print(f"llmqueue: error: {exc}", file=sys.stderr)
+        text = " ".join(str(exc).splitlines())  # one line, whatever a file name holds
+        print(f"llmqueue: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("llmqueue: interrupted (files already written are kept)", file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
+from llmqueue.common import files
 from llmqueue.experiments.base import engine_kwargs
 from llmqueue.network.routers import router_names
 from llmqueue.planning.engines import plan_engines
@@ -138,6 +139,9 @@ COLUMNS = [("lambda_tok", "lambda_tok", "{:.4g}"), ("lambda_slot", "lambda_slot"
 def cmd_plan(args: argparse.Namespace) -> None:
     """Run ``plan`` (and ``plan_engines``) and report."""
     engine, traffic = configure(args.set)
+    outputs = [(f"--{k}", getattr(args, k)) for k in ("csv", "plot") if getattr(args, k)]
+    given = [(k, v) for k, _, v in (pair.partition("=") for pair in args.set)]
+    files.check_outputs(outputs, files.named_files(given))
     slo = SLO(ttft=args.ttft, tpot=args.tpot, tbt=args.tbt, e2e=args.e2e)
     common = dict(mode=args.mode, reps=args.reps, n_requests=args.requests, seed=args.seed)
     with open_executor(args.workers if args.workers or args.dask else 1, args.dask) as pool:
@@ -151,7 +155,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if args.csv:
         probes = [p.as_dict() for p in result.probes] + \
             ([p.as_dict() for p in engines.probes] if engines else [])
-        with open(args.csv, "w", newline="") as handle:
+        with files.writing(args.csv, "--csv"), open(args.csv, "w", newline="") as handle:
             out = csv.DictWriter(handle, fieldnames=list(probes[0]) if probes else ["rate"])
             out.writeheader()
             out.writerows(probes)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from llmqueue.experiments.base import Check, Experiment, Rows
 
 #: (summary key, column title, format) of the default table.
 COLUMNS: List[Tuple[str, str, str]] = [
@@ -56,3 +58,38 @@ def table(rows: Sequence[Dict[str, Any]],
     return "\n".join("  ".join(text.ljust(w) if i == 0 else text.rjust(w)
                                for i, (text, w) in enumerate(zip(line, widths)))
                      for line in lines)
+
+
+def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
+    """One line per run: backlog drift, measured verdict, Theorem 2's prediction."""
+    out = []
+    for label, result in rows:
+        s = result.summary
+        if s.get("diverged_at") is not None:
+            out.append(f"{label}: diverged: {s['pending_final']} requests pending at "
+                       f"t = {s['diverged_at']:.2f} s (the run stopped there)")
+            continue
+        if s.get("verdict") is None or s.get("backlog_slope") is None:
+            continue
+        theory = "" if s.get("predicted") is None else \
+            f"; theory: {s['predicted']} (load {s['load']:.3f})"
+        out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
+                   f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
+                   f"{s['verdict']}{theory}")
+    return out
+
+
+def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],
+           checks: Optional[List[Check]] = None) -> str:
+    """What ``llmqueue run`` prints for ``rows``: the experiment's table, its
+    checks (PASS/FAIL; computed when not given) and its notes (the drift notes
+    by default).  Scenario scripts print the same."""
+    if checks is None:
+        checks = experiment.checks(rows) if experiment.checks is not None else []
+    lines = [table([result.row(label) for label, result in rows],
+                   experiment.columns or COLUMNS)]
+    lines += [f"{'PASS' if c.passed else 'FAIL'}  {c.name}: {c.detail}" for c in checks]
+    notes = (experiment.notes or drift_notes)(rows, dict(params))
+    if notes:
+        lines += [""] + notes
+    return "\n".join(lines)

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
+from llmqueue.common import files
 from llmqueue.sweeps import grid as grids
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.sweeps.runner import Row, figure_columns, read_rows, summarize, sweep, varying
@@ -68,6 +69,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     if args.dask is None and args.dask_workers is not None:
         raise ValueError("--dask-workers sizes --dask local only")
     workers = args.dask_workers if args.dask is not None else args.workers
+    written, read = experiments.files_named([*fixed.items(), *((k, v) for k, values in
+                                                              grid.items() for v in values)])
+    files.check_outputs(written + ([("out", args.out)] if args.out else []), read)
     rows: List[Row] = []
     try:
         with open_executor(workers, args.dask) as executor:
@@ -100,6 +104,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
     keys = _names(args.x) or []
     path = args.out or default_path(args.csv, args.y)
+    files.check_outputs([("--out", path)], [("csv", args.csv)])
     known = experiments.REGISTRY.get(str(rows[0].get("scenario")))
     params = known.params if known is not None else None  # for axis labels
     if len(keys) == 1:

@@ -7,7 +7,7 @@ parameter, the value given and what is allowed.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, TextIO
+from typing import Any, Iterable, Optional
 
 #: Largest token count a request, a law or a trace may give (about 10^12).
 MAX_TOKENS = 2**40
@@ -79,12 +79,3 @@ def choice(name: str, value: Any, allowed: Iterable[str]) -> str:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
     return value
 
-
-def open_text(path: str, name: str = "path") -> TextIO:
-    """``path`` opened for reading as text (``newline=""``, as the csv module
-    wants); a file that cannot be opened is a ValueError naming ``name``, the
-    path and the reason."""
-    try:
-        return open(path, newline="", encoding="utf-8-sig")  # a leading BOM is no header
-    except OSError as exc:
-        raise ValueError(f"{name}: cannot read {path!r}: {exc.strerror}") from None

@@ -12,16 +12,21 @@ stores it (:meth:`KV.held_tokens`):
 * ``lazy``: its KV, ``x = vp + vd - prefill_left - decode_left`` tokens;
 * ``prompt``: its KV plus the rest of its current prompt, reserved at its
   first start: ``vp + vd - decode_left``;
-* ``peak``: its peak ``vp + vd``, reserved at its first start.
+* ``peak``: its peak ``vp + vd``, reserved at its first start, or the
+  configured cap ``max_tokens`` (Vidur's ``max_tokens``) for every request.
 
 ``vp + vd - prefill_left - decode_left`` is the KV under both restart modes:
 after a preemption the work left is ``vp + d`` prefill and ``vd - d`` decode
 tokens (``keep``) or ``vp`` and ``vd`` (``scratch``), which adds up to
 ``vp + vd`` either way, so a preempted request holds 0.
 
-Swapping to a CPU pool (``preemption="swap"``) is not built: it is refused
-with a ``ValueError``.  ``max_tokens`` for ``peak`` is not built either: peak
-mode reserves ``vp + vd``.
+``preemption="swap"`` moves a victim's KV to a CPU pool of ``swap_tokens``
+instead of dropping it (:mod:`~llmqueue.engine.kv_swap` has the rules and
+the decisions taken there).  ``max_tokens`` (``peak`` only) reserves ``T``
+tokens' worth of blocks at every start instead of ``vp + vd``; a request with
+``vp + vd > T`` could not be served under that reservation: it is a never-fit
+request, ignored with the warning of SPEC 7.1.  ``T`` must fit the cache
+(``ceil(T / B) <= N - reserve``), else nothing could ever start: refused.
 
 Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
 ``kv_residents``, ``kv_scheduler`` and ``kv_recorder``):
@@ -62,7 +67,16 @@ Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
 * preemptions count at the batch choice; ``iterations_with_preemption`` is the
   share of iterations whose choice preempted;
 * skip-ahead stays on where memory cannot change the iterations (see
-  ``kv_scheduler``); ``check_invariants`` steps every iteration.
+  ``kv_scheduler``); ``check_invariants`` steps every iteration;
+* WAIT (``policies.wait``, SPEC 7.5) ignores ``bmax``: a policy that says so
+  (``budgeted = False``) is gated with an unlimited budget and whole prompts;
+  it needs a KV cache (``needs_kv``: an engine without one refuses it); its
+  plans are not re-checked every iteration (they hold every decoder), and a
+  run reports its preemptions as ``threshold_error``;
+* a policy may return ``IDLE`` only to wait for residents: the view says when
+  none can join before the batch runs (``draining``: the workload's arrivals
+  are over, which ``feed`` tells the engine, or every kmax slot is taken), and
+  WAIT then starts what it has, so a finite run never hangs.
 """
 
 from __future__ import annotations
@@ -72,10 +86,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from llmqueue.common.units import ceil_div
-from llmqueue.policies.view import Request
+from llmqueue.policies.view import Request, processed
 
 ADMISSIONS = ("lazy", "prompt", "peak")
-PREEMPTIONS = ("recompute", "none")
+PREEMPTIONS = ("recompute", "swap", "none")
 RESTARTS = ("keep", "scratch")
 #: Order keys (``Request.seq``) under memory: started residents carry their
 #: (re)start number, below :data:`UNSTARTED`; unstarted ones carry a key at or
@@ -109,9 +123,12 @@ class KV:
     ``prompt`` (the whole prompt at the first start, vLLM v0) or ``peak``
     (``vp + vd`` at the first start: never preempts).  ``preemption`` is
     ``recompute`` (the victim loses its KV and starts again, ``restart`` =
-    ``keep`` its decoded tokens as prompt, or ``scratch``) or ``none`` (an
-    overflow raises).  ``watermark`` is the share of the blocks a new start
-    must leave free (default 0.01 for ``prompt``, else 0).
+    ``keep`` its decoded tokens as prompt, or ``scratch``), ``swap`` (its KV
+    moves to a CPU pool of ``swap_tokens`` tokens, each token moved adding
+    ``swap_seconds_per_token`` to the iteration; recompute when the pool is
+    full) or ``none`` (an overflow raises).  ``watermark`` is the share of
+    the blocks a new start must leave free (default 0.01 for ``prompt``,
+    else 0).  ``max_tokens`` (``peak`` only) is the reservation per request.
     """
 
     capacity_tokens: Optional[int] = None
@@ -123,11 +140,18 @@ class KV:
     admission: str = "lazy"
     """When blocks are taken: ``lazy``, ``prompt`` or ``peak``."""
     preemption: str = "recompute"
-    """What an overflow does: ``recompute`` or ``none`` (raise)."""
+    """What an overflow does: ``recompute``, ``swap`` or ``none`` (raise)."""
     restart: str = "keep"
     """A recomputed victim's new work: ``keep`` (prompt + decoded) or ``scratch``."""
     watermark: Optional[float] = None
     """Share of the blocks a new start leaves free (``None``: the mode's default)."""
+    swap_tokens: Optional[int] = None
+    """The CPU swap pool in tokens (``preemption="swap"`` only; whole blocks)."""
+    swap_seconds_per_token: float = 0.0
+    """Seconds each KV token moved out to or back from the swap pool adds to
+    the iteration in which it moves (``preemption="swap"`` only)."""
+    max_tokens: Optional[int] = None
+    """Tokens ``peak`` admission reserves per request (``None``: its ``vp + vd``)."""
 
     def __post_init__(self) -> None:
         _whole("block_size", self.block_size, 1)
@@ -144,9 +168,6 @@ class KV:
         else:
             _whole("num_blocks", self.num_blocks, 1)
         _one_of("admission", self.admission, ADMISSIONS)
-        if self.preemption == "swap":
-            raise ValueError("preemption='swap' is not supported yet; allowed: "
-                             f"{', '.join(PREEMPTIONS)}")
         _one_of("preemption", self.preemption, PREEMPTIONS)
         _one_of("restart", self.restart, RESTARTS)
         if self.watermark is not None:
@@ -163,6 +184,37 @@ class KV:
         object.__setattr__(self, "tokens", blocks * self.block_size)
         object.__setattr__(self, "watermark_share", share)
         object.__setattr__(self, "reserve", math.floor(share * blocks))
+        self._check_swap()
+        object.__setattr__(self, "swap_blocks", (self.swap_tokens or 0) // self.block_size)
+        if self.max_tokens is not None:
+            _whole("max_tokens", self.max_tokens, 1)
+            if self.admission != "peak":
+                raise ValueError(f"max_tokens is the reservation of admission='peak'; got "
+                                 f"max_tokens={self.max_tokens} with admission="
+                                 f"{self.admission!r}: allowed: admission='peak' or "
+                                 "max_tokens=None")
+            usable = (blocks - self.reserve) * self.block_size
+            if self.blocks_for(self.max_tokens) > blocks - self.reserve:
+                raise ValueError(f"max_tokens must fit the cache ({usable} tokens usable), "
+                                 f"else no request could ever start; got {self.max_tokens}")
+
+    def _check_swap(self) -> None:
+        cost = self.swap_seconds_per_token
+        if (not isinstance(cost, (int, float)) or isinstance(cost, bool)
+                or not math.isfinite(cost) or cost < 0):
+            raise ValueError(f"swap_seconds_per_token must be a number >= 0; got {cost!r}")
+        if self.preemption != "swap":
+            if self.swap_tokens is not None or cost:
+                raise ValueError(f"swap_tokens and swap_seconds_per_token need "
+                                 f"preemption='swap'; got preemption={self.preemption!r}")
+            return
+        if self.swap_tokens is None:
+            raise ValueError("preemption='swap' needs a swap pool: swap_tokens must be an "
+                             "integer >= 1 (kv_swap on the command line); got None")
+        _whole("swap_tokens", self.swap_tokens, 1)
+        if self.swap_tokens < self.block_size:
+            raise ValueError(f"swap_tokens must hold at least one block of block_size="
+                             f"{self.block_size} tokens; got {self.swap_tokens}")
 
     #: ``N``, the blocks in the cache.
     blocks: int = field(init=False, repr=False, compare=False)
@@ -172,6 +224,22 @@ class KV:
     watermark_share: float = field(init=False, repr=False, compare=False)
     #: ``floor(watermark * N)``: blocks a new start must leave free.
     reserve: int = field(init=False, repr=False, compare=False)
+    #: ``swap_tokens // B``: blocks the swap pool holds (0 without swap).
+    swap_blocks: int = field(init=False, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        # the options added after the first release show only when set, so the
+        # ``kv`` of a run's parameters reads as it did for runs without them
+        text = (f"KV(capacity_tokens={self.capacity_tokens!r}, num_blocks={self.num_blocks!r}, "
+                f"block_size={self.block_size!r}, admission={self.admission!r}, "
+                f"preemption={self.preemption!r}, restart={self.restart!r}, "
+                f"watermark={self.watermark!r}")
+        if self.swap_tokens is not None:
+            text += (f", swap_tokens={self.swap_tokens!r}, "
+                     f"swap_seconds_per_token={self.swap_seconds_per_token!r}")
+        if self.max_tokens is not None:
+            text += f", max_tokens={self.max_tokens!r}"
+        return text + ")"
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that ``tokens`` tokens occupy, ``ceil(tokens / B)``."""
@@ -180,7 +248,10 @@ class KV:
     # -- requests --------------------------------------------------------
     def fits_ever(self, vp: int, vd: int) -> bool:
         """Whether a request of ``vp + vd`` tokens can ever finish here (SPEC 7.1):
-        ``ceil((vp + vd) / B) <= N - reserve``."""
+        ``ceil((vp + vd) / B) <= N - reserve``, and ``vp + vd <= max_tokens``
+        when that caps the reservation."""
+        if self.max_tokens is not None and vp + vd > self.max_tokens:
+            return False
         return self.blocks_for(vp + vd) <= self.blocks - self.reserve
 
     def held_tokens(self, r: Request) -> int:
@@ -190,7 +261,7 @@ class KV:
             return r.vp + r.vd - r.prefill_left - r.decode_left
         if self.admission == "prompt":
             return r.vp + r.vd - r.decode_left
-        return r.vp + r.vd
+        return r.vp + r.vd if self.max_tokens is None else self.max_tokens
 
     def held_blocks(self, r: Request) -> int:
         """Blocks started resident ``r`` occupies."""
@@ -207,7 +278,7 @@ class KV:
         elif self.admission == "prompt":
             after = r.vp + r.vd - r.decode_left + (1 if decode else 0)
         else:
-            after = r.vp + r.vd
+            after = r.vp + r.vd if self.max_tokens is None else self.max_tokens
         before = self.held_tokens(r) if started else 0
         b = self.block_size
         if b == 1:
@@ -220,6 +291,5 @@ def is_started(r: Request) -> bool:
     return r.seq < UNSTARTED
 
 
-def kv_tokens(r: Request) -> int:
-    """KV tokens ``r`` holds now (processed tokens of its current incarnation)."""
-    return r.vp + r.vd - r.prefill_left - r.decode_left
+#: KV tokens ``r`` holds now (processed tokens of its current incarnation).
+kv_tokens = processed

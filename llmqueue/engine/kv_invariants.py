@@ -13,13 +13,18 @@ At allocation (``plan`` given, the iteration about to run):
   started and its blocks cover its KV after the iteration; unstarted
   residents hold nothing;
 * the order of SPEC 7.2: ``decoding`` and ``prefilling`` sorted by their order
-  keys, the started prefillers first.
+  keys, the started prefillers first;
+* with a swap pool (:mod:`~llmqueue.engine.kv_swap`): a swapped request holds
+  no block of the cache, is not served and is in no list the policy reads;
+  the pool's blocks in use = Σ over swapped requests of ``ceil(kv / B)``, at
+  most the pool's size.
 
 After an iteration (``plan=None``) the same, with nothing planned.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Dict, Optional, Tuple
 
 from llmqueue.common.units import ceil_div
@@ -38,10 +43,16 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
         for r, n in plan.prefill:
             served[id(r)] = (n, False)
     b = kv.block_size
-    blocks = tokens = 0
+    blocks = tokens = pool = swapped = 0
     for r in residents:
         held = kv_tokens(r)
         n, is_decode = served.get(id(r), (0, False))
+        if r.memory.swapped:
+            if n:
+                raise InvariantError(f"request {r.rid} is swapped out but served {n} tokens")
+            pool += ceil_div(held, b)
+            swapped += 1
+            continue
         if not is_started(r):
             if n or held:
                 raise InvariantError(f"request {r.rid} is unstarted (no KV) but holds {held} "
@@ -53,7 +64,7 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
         elif kv.admission == "prompt":
             reserved = r.vp + r.vd - r.decode_left + (1 if is_decode else 0)
         else:
-            reserved = r.vp + r.vd
+            reserved = kv.held_tokens(r)  # peak: vp + vd, or max_tokens
         if ceil_div(reserved, b) * b < after:
             raise InvariantError(f"request {r.rid} is served without KV: it will hold {after} "
                                  f"tokens in {ceil_div(reserved, b)} blocks of {b}")
@@ -67,6 +78,7 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
     if residents.used_tokens != tokens:
         raise InvariantError(f"{residents.used_tokens} KV tokens counted in use, but the "
                              f"residents hold {tokens}")
+    _check_pool(residents, kv, pool, swapped)
     if sum(not is_started(r) for r in residents.decoding) != residents.unstarted_decoders:
         raise InvariantError("the count of unstarted decoders is wrong")
     keys = [r.seq for r in residents.decoding]
@@ -78,3 +90,18 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
             or any(map(is_started, residents.prefilling[s:])):
         raise InvariantError("prefilling residents are out of order (started ones first, "
                              "then preempted ones, then the rest by admission)")
+
+
+def _check_pool(residents, kv: KV, pool: int, swapped: int) -> None:  # noqa: ANN001
+    """The swap pool's invariants, given the blocks and the count of the
+    swapped requests found among the residents."""
+    queue = getattr(residents, "swapped", ())
+    if len(queue) != swapped or not all(r.memory.swapped for r in queue):
+        raise InvariantError(f"{swapped} residents are swapped out, but the swap queue "
+                             f"holds {len(queue)}")
+    if any(r.memory.swapped for r in itertools.chain(residents.decoding, residents.prefilling)):
+        raise InvariantError("a swapped request is among the residents the policy reads")
+    used = kv.swap_blocks - getattr(residents, "swap_free", kv.swap_blocks)
+    if used != pool or not 0 <= used <= kv.swap_blocks:
+        raise InvariantError(f"{used} swap-pool blocks in use of {kv.swap_blocks}, but the "
+                             f"swapped requests hold {pool}")

@@ -93,7 +93,10 @@ class MemoryRecorder:
         self.ignored = 0
         self.area_sum = 0
         self.area_count = 0
+        self._swaps()
         self._run: Optional[_Run] = None
+        #: the current single iteration: (end, tokens, blocks, preemptions, recomputed, starts)
+        self._one: Optional[Tuple[int, int, int, int, int, int]] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
 
@@ -125,6 +128,21 @@ class MemoryRecorder:
         """``count`` residents were preempted now."""
         self.preemptions += count
 
+    def _swaps(self) -> None:
+        self.swap_outs = self.swapped_out_tokens = self.swap_ins = self.swapped_in_tokens = 0
+        self.swap_fallbacks = self.swap_ticks = self.swap_max = 0
+
+    def swapped_out(self, tokens: int, pool: int) -> None:
+        """A victim's ``tokens`` KV tokens moved to the swap pool, which now holds ``pool``."""
+        self.swap_outs += 1
+        self.swapped_out_tokens += tokens
+        self.swap_max = max(self.swap_max, pool)
+
+    def swapped_in(self, tokens: int) -> None:
+        """A swapped request's ``tokens`` KV tokens came back from the swap pool."""
+        self.swap_ins += 1
+        self.swapped_in_tokens += tokens
+
     def ignore(self) -> None:
         """A request that can never fit arrived and was rejected."""
         self.ignored += 1
@@ -139,6 +157,9 @@ class MemoryRecorder:
         more (or, when ``dblocks`` is a list, the ``j``-th holds ``dblocks[j - 1]``
         blocks more than the first) and preempts, starts and recomputes nothing."""
         self.level(now, tokens, blocks)
+        if k == 1:  # one iteration (most of them): a tuple, no run to track
+            self._one = (now + t, tokens, blocks, preemptions, recomputed, starts)
+            return
         if isinstance(dblocks, list):
             self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, preemptions, recomputed,
                              starts, due=now + t, steps=dblocks)
@@ -148,17 +169,20 @@ class MemoryRecorder:
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
-        run = self._run
-        if run is None or now < run.due:
-            return
-        if run.k == 1:  # one iteration, ended by now
-            self._run = None
-            self.recomputed += run.recomputed
-            if run.preemptions:
+        one = self._one
+        if one is not None:
+            if now < one[0]:
+                return
+            self._one = None
+            _, tokens, blocks, preemptions, recomputed, starts = one
+            self.recomputed += recomputed
+            if preemptions:
                 self.preempted_iterations += 1
             if self.log is not None:
-                self.log.append(KVBatch(run.tokens, run.blocks, run.preemptions,
-                                        run.recomputed, run.starts))
+                self.log.append(KVBatch(tokens, blocks, preemptions, recomputed, starts))
+            return
+        run = self._run
+        if run is None or now < run.due:
             return
         start, t = run.start, run.t
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
@@ -214,6 +238,7 @@ class MemoryRecorder:
         self.tokens_max = self.blocks_max = 0
         self.preemptions = self.preempted_iterations = self.recomputed = self.ignored = 0
         self.area_sum = self.area_count = 0
+        self._swaps()
 
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``."""
@@ -225,7 +250,7 @@ class MemoryRecorder:
         run's completed requests, iterations and processed tokens there."""
         span = end - self._origin
         seconds = to_seconds(span)
-        return {
+        figures: Dict[str, object] = {
             "throughput_requests_per_s": completed / seconds if span else None,
             "preemptions": self.preemptions,
             "preemptions_per_iteration": self.preemptions / batches if batches else None,
@@ -239,3 +264,9 @@ class MemoryRecorder:
             "ignored": self.ignored,
             "memory_area_mean": self.area_sum / self.area_count if self.area_count else None,
         }
+        if self.kv.preemption == "swap":  # kv_swap's figures, only where it swaps
+            figures.update(swap_outs=self.swap_outs, swapped_out_tokens=self.swapped_out_tokens,
+                           swap_ins=self.swap_ins, swapped_in_tokens=self.swapped_in_tokens,
+                           swap_fallbacks=self.swap_fallbacks,
+                           swap_seconds=to_seconds(self.swap_ticks), swap_max=self.swap_max)
+        return figures

@@ -65,6 +65,10 @@ class Held:
     first_prefill: Optional[int] = None
     ignored: bool = False
     """Rejected on arrival: it could never fit (SPEC 7.1)."""
+    swaps: int = 0
+    """Of its preemptions, those that moved its KV to the swap pool."""
+    swapped: bool = False
+    """Its KV is in the swap pool now (it holds no blocks of the cache)."""
 
 
 class MemoryResidents(Residents):
@@ -90,6 +94,9 @@ class MemoryResidents(Residents):
         self.scarred = 0
         """Residents that were preempted at least once (only they recompute)."""
         self.redo: dict = {}
+        self.draining = False
+        """Whether no resident can join before the batch being chosen runs
+        (set by the scheduler; :func:`~llmqueue.policies.view.is_draining`)."""
 
     # -- joining ---------------------------------------------------------
     def admit(self, r: Request, now: int) -> None:
@@ -147,14 +154,14 @@ class MemoryResidents(Residents):
         s = self.started_prefilling
         if started_only:
             decoding = self.decoding[:len(self.decoding) - self.unstarted_decoders]
-            return SimpleView(decoding, prefilling[:s], len(self))
+            return SimpleView(decoding, prefilling[:s], len(self), self.draining)
         if cap is not None:
             j, tokens, end = s, 0, len(prefilling)
             while j < end and (j == s or tokens < cap):
                 tokens += prefilling[j].prefill_left
                 j += 1
             if j < end:
-                return SimpleView(self.decoding, prefilling[:j], len(self))
+                return SimpleView(self.decoding, prefilling[:j], len(self), self.draining)
         return self  # every resident, in order
 
     def started_order(self) -> List[Request]:
@@ -231,27 +238,12 @@ class MemoryResidents(Residents):
 
     def _preempt(self, r: Request, key: int, restart: str) -> int:
         rec = r.memory
-        self._settle(r, self.iterations, self._clock_sum)
         held = kv_tokens(r)
-        if not rec.preemptions:
+        if rec.preemptions == rec.swaps:  # its first preemption that drops KV
             self.scarred += 1
         rec.high = max(rec.high, held)
         rec.preemptions += 1
-        if rec.redo:
-            rec.redo = False
-            self.redo.pop(id(r), None)
-        if r.prefill_left == 0:
-            self._leave_decoders(r)
-            self.decoding.remove(r)
-            self._phase_remove(r)
-            self._heap = [e for e in self._heap if e[2] is not r]
-            heapify(self._heap)
-            if r in self._fresh:
-                self._fresh.remove(r)
-        else:
-            self.prefilling.remove(r)
-            self.started_prefilling -= 1
-            self.prefill_tokens -= r.prefill_left
+        self._detach(r)
         left = r.decode_left
         if restart == "keep":
             prefill, decode = r.vp + r.vd - left, left
@@ -271,13 +263,35 @@ class MemoryResidents(Residents):
                 rec.redo = True  # counted in redo once it starts
         return held
 
+    def _detach(self, r: Request) -> None:
+        """Take started ``r`` out of the decoders or the prefillers, its memory
+        area booked so far (a preemption or a swap-out)."""
+        rec = r.memory
+        self._settle(r, self.iterations, self._clock_sum)
+        if rec.redo:
+            rec.redo = False
+            self.redo.pop(id(r), None)
+        if r.prefill_left == 0:
+            self._leave_decoders(r)
+            self.decoding.remove(r)
+            self._phase_remove(r)
+            self._heap = [e for e in self._heap if e[2] is not r]
+            heapify(self._heap)
+            if r in self._fresh:
+                self._fresh.remove(r)
+        else:
+            self.prefilling.remove(r)
+            self.started_prefilling -= 1
+            self.prefill_tokens -= r.prefill_left
+
     def release(self, r: Request) -> None:
         """Finished ``r`` gives back its KV."""
-        size = r.vp + r.vd  # what it holds at its end, in every admission mode
-        self.free += size if self.block_size == 1 else -(-size // self.block_size)
+        size = r.vp + r.vd  # what it holds at its end, in every admission mode ...
+        held = size if self.kv.max_tokens is None else self.kv.max_tokens  # ... but a cap
+        self.free += held if self.block_size == 1 else -(-held // self.block_size)
         self.used_tokens -= size
         self.total_tokens -= size
-        if r.memory.preemptions:
+        if r.memory.preemptions > r.memory.swaps:
             self.scarred -= 1
 
     # -- one iteration ---------------------------------------------------

@@ -10,13 +10,18 @@ are settled (SPEC 7.3 step 6):
    O(batch) however long the line; any other policy sees every resident;
 2. the gate (:func:`llmqueue.engine.gate.gate`) charges ``bmax``, allocates and
    names victims; the victims are preempted at once (their dropped KV is
-   added back to the backlog);
+   added back to the backlog), or swapped out with ``preemption="swap"``
+   (:mod:`~llmqueue.engine.kv_swap`: then, while any request is swapped, the
+   policy proposes on the started residents alone, and a gate call that
+   preempted nobody swaps requests back in after pass 1);
 3. if the gate preempted but accepted nothing, the policy proposes again at the
    same instant; if it accepted nothing and preempted nobody while started
    residents exist, the policy proposes on the started residents alone and
    that is gated (the fallback of 7.3 step 5: a ``vllm`` prefill step that
    cannot start becomes a decode step); a policy that returns
-   :data:`~llmqueue.policies.view.IDLE` leaves the GPU idle until an arrival;
+   :data:`~llmqueue.policies.view.IDLE` leaves the GPU idle until an arrival
+   (or until the arrivals end: the view then says it is draining, and WAIT
+   starts what it has);
 4. the iteration runs, progress is applied, finished residents release their
    slot and their KV.
 
@@ -32,8 +37,9 @@ Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
 memory provably cannot change them: the choice preempted nobody and
 recomputed nothing, its new starts (if any) are prompts that later choices
 walk in the same place of the budget (a policy that charges decodes first),
-the decoders are all served when blocks hold more than one token, and the
-started residents fitting all ``k`` allocations; otherwise, and whenever
+the decoders are all served when blocks hold more than one token, the
+started residents fitting all ``k`` allocations, and no KV moved to or from
+a swap pool nor any request swapped out; otherwise, and whenever
 ``check_invariants`` is on, every iteration is stepped.  Either way the
 figures are the same (``tests/test_kv_skip.py``).
 """
@@ -44,10 +50,11 @@ from typing import Generator, List, NamedTuple, Optional, Tuple, Union
 
 import simpy
 
-from llmqueue.common.units import UNLIMITED
+from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.gate import gate
 from llmqueue.engine.kv_invariants import check_state
+from llmqueue.engine.kv_swap import SwapResidents, preempt, swap_back
 from llmqueue.policies.view import IDLE, Plan, check_plan
 
 
@@ -57,6 +64,8 @@ class Choice(NamedTuple):
     plan: Plan
     preemptions: int
     starts: int
+    moved: int = 0
+    """KV tokens moved to or from the swap pool (``kv_swap``)."""
 
 
 def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
@@ -71,9 +80,12 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
     return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
 
 
-def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import cycle)
+def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an Engine
+           ) -> Optional[Choice]:
     """Propose, gate, preempt and start until a batch is found; ``None``
-    when the policy asked to idle."""
+    when the policy asked to idle.  ``swap``: the residents may swap
+    (:class:`SwapResidents`); ``drains``: the policy reads whether arrivals are
+    over (``wait``), so the view must say so."""
     residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
     recorder = engine.recorder
     prefill_first = engine.prefill_first
@@ -82,7 +94,10 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
     while True:
         free = residents.free
         cap = min(budget, free * kv.block_size) if engine.fcfs else None
-        view = residents.view(cap, started_only=fallback)
+        if drains:
+            residents.draining = engine.draining
+        swapped = swap and bool(residents.swapped)  # no new starts while any is swapped
+        view = residents.view(cap, started_only=fallback or swapped)
         proposal = policy.plan(view, UNLIMITED)
         if proposal is IDLE:
             return None
@@ -95,17 +110,27 @@ def choose(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine (no import c
                      prefill_first, hint)
         if gated.victims:
             now = engine.env.now
-            dropped = residents.preempt(gated.victims, kv.restart)
+            if swap:
+                dropped, recomputed = preempt(residents, gated.victims, kv.restart,
+                                              recorder.memory)
+            else:
+                dropped, recomputed = residents.preempt(gated.victims, kv.restart), 1
             preempted += len(gated.victims)
             recorder.memory.preempted(len(gated.victims))
-            recorder.add_work(now, dropped)
+            if recomputed:
+                recorder.add_work(now, dropped)
         residents.free = gated.free
         plan = gated.plan
+        if swapped and not gated.victims:  # swap-in after pass 1 (kv_swap)
+            plan = swap_back(residents, plan, budget, policy.chunked, recorder.memory)
         if plan.decode or plan.prefill:
             starts = gated.starts
             for r in starts:
                 residents.start(r)
             engine.last_starts = starts
+            if swap:
+                moved, residents.moved = residents.moved, 0
+                return Choice(plan, preempted, len(starts), moved)
             return Choice(plan, preempted, len(starts))
         if gated.victims:
             fallback = False
@@ -172,6 +197,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
     check, skip = engine.check_invariants, engine.skip_ahead
+    swap = isinstance(residents, SwapResidents)
+    drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     stale = 0  # tokens processed since the last iteration with a fresh token
     while True:
         if env.peek() == env.now:
@@ -187,7 +214,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             yield gpu_request
             continue
         residents.settle()
-        choice = choose(engine)
+        choice = choose(engine, swap, drains)
         used = kv.blocks - residents.free
         if choice is None:
             memory.level(env.now, residents.used_tokens, used)
@@ -203,6 +230,10 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         requests = decode + len(plan.prefill)
         residents.used_tokens += decode + prefill
         t = engine.batch_ticks(decode, prefill, requests, plan)
+        if choice.moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
+            cost = to_ticks(kv.swap_seconds_per_token * choice.moved)
+            memory.swap_ticks += cost
+            t += cost
         start = env.now
         recomputed = residents.recompute(plan) if residents.scarred else 0
         if recomputed < decode + prefill:
@@ -216,8 +247,9 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
         k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
-        if skip and not choice.preemptions and not recomputed \
-                and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)):
+        if skip and not choice.preemptions and not recomputed and not choice.moved \
+                and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)) \
+                and not (swap and residents.swapped):
             k, grow = repeats(engine, plan, t, decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         memory.allocate(start, residents.used_tokens, used, choice.preemptions, recomputed,

@@ -49,13 +49,15 @@ from llmqueue.engine.context_runs import context_run
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
-from llmqueue.engine.kv_residents import Held, MemoryResidents
+from llmqueue.engine.kv_residents import Held
 from llmqueue.engine.kv_scheduler import memory_scheduler
+from llmqueue.engine.kv_swap import memory_residents
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.residents import Residents
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import BUILTIN, Policy, WholePrefill
 from llmqueue.policies.view import Plan, Request, check_plan
+from llmqueue.policies.wait import Wait
 from llmqueue.theory.bounds import needs_context
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
@@ -90,11 +92,16 @@ class Engine:
         self.name = name
         self.bmax = validation.optional_positive_int("bmax", bmax)
         self.kmax = validation.optional_positive_int("kmax", kmax)
-        self.budget = UNLIMITED if bmax is None else bmax
+        # a policy that ignores bmax (WAIT, SPEC 7.5) is gated with no budget
+        self.budget = UNLIMITED if bmax is None or not policy.budgeted else bmax
         self.latency = latency if latency is not None else Staircase()
         if not callable(getattr(self.latency, "batch_time", None)):
             raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
                              f"method; got {self.latency!r}")
+        if policy.needs_kv and kv is None:
+            raise ValueError(f"scheduler {policy.name!r} needs a KV cache: kv=KV(...) in "
+                             "Python, kv=TOKENS on the command line (its quotas are memory "
+                             "quotas)")
         self.policy = policy.for_engine(self.latency, self.kmax)
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until
@@ -109,12 +116,13 @@ class Engine:
         self.gpu = simpy.Resource(env, capacity=1)
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
-        self.residents: Residents = Residents() if kv is None else MemoryResidents(kv)
+        self.residents: Residents = Residents() if kv is None else memory_residents(kv)
         self.residents.tokens = self.recorder.tokens
         #: the latency model reads each iteration's batch context (SPEC 8.2)
         self.contexts = needs_context(self.latency)
-        # every plan is checked but the built-in policies' own (a subclass is checked too)
-        self._check = type(self.policy) not in tuple(BUILTIN.values())
+        # every plan is checked but the package's own policies' (a subclass is checked
+        # too); WAIT's batches hold every decoder, so checking them would double a run
+        self._check = type(self.policy) not in tuple(BUILTIN.values()) + (Wait,)
         #: the policy walks residents in order (the KV view may then be cut short)
         self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
         self.check_plans = self._check
@@ -125,6 +133,8 @@ class Engine:
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
         self._wake: Optional[simpy.Event] = None
+        self.arrivals_over = False
+        """Whether the workload can bring no further request (:meth:`end_arrivals`)."""
         env.process(self._gatekeeper())
         if kv is None:
             env.process(self._scheduler())
@@ -161,6 +171,20 @@ class Engine:
         if self.max_pending is not None and self.recorder.pending > self.max_pending:
             raise Diverged(now_ticks(self.env), self.recorder.pending)
 
+    def end_arrivals(self) -> None:
+        """No further request will arrive (a finite workload has arrived
+        whole): a policy idling on purpose is woken to drain (SPEC 7.5)."""
+        self.arrivals_over = True
+        if self.kv is not None and len(self.residents) and self._wake is not None \
+                and not self._wake.triggered:
+            self._wake.succeed()
+
+    @property
+    def draining(self) -> bool:
+        """Whether no resident can join before the next batch runs: arrivals
+        are over (nobody then waits with a slot free), or every slot is taken."""
+        return self.arrivals_over or self.pool.level < 1
+
     def _ignore(self, r: Request) -> None:
         """Reject ``r``, which can never fit the KV cache (SPEC 7.1)."""
         r.memory.ignored = True
@@ -169,10 +193,13 @@ class Engine:
         kv = self.kv
         if not self._ignored_warned and kv is not None:
             self._ignored_warned = True
-            warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit the KV "
-                          f"cache ({kv.blocks} blocks of {kv.block_size} tokens, "
-                          f"{kv.reserve} kept free): it is ignored; further ones are counted "
-                          "in the summary's 'ignored' without a warning", stacklevel=3)
+            cache = (f"the KV cache ({kv.blocks} blocks of {kv.block_size} tokens, "
+                     f"{kv.reserve} kept free)")
+            if kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens:
+                cache = f"the reservation of max_tokens={kv.max_tokens} (admission='peak')"
+            warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit {cache}: "
+                          "it is ignored; further ones are counted in the summary's "
+                          "'ignored' without a warning", stacklevel=3)
 
     def call(self, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
         """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and

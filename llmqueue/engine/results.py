@@ -13,14 +13,19 @@ from __future__ import annotations
 import csv
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Hashable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import (TYPE_CHECKING, Any, Dict, Hashable, Iterator, List, Mapping, NamedTuple,
+                    Optional, Tuple)
 
 import numpy as np
 
+from llmqueue.common.frames import frame
 from llmqueue.common.units import to_seconds
 from llmqueue.policies.view import Request
 from llmqueue.theory.histogram import GapHistogram
 from llmqueue.theory.slo import RequestLatency
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
 
 
 class Batch(NamedTuple):
@@ -147,16 +152,14 @@ class Summary(Mapping[str, Any]):
     tpot_p99: Optional[float] = None
     """Time per output token, 99th percentile, s."""
     tbt_p50: Optional[float] = None
-    """Gap between two consecutive decode tokens of a request, over every gap
-    (not per request), median, s (exact, or within 0.5 % when the run saw more
-    than 4096 different gap lengths: SPEC 8.5's 1 % bins)."""
+    """Gap between two consecutive decode tokens, over every gap, median, s (exact,
+    or within 0.5 % past 4096 different lengths: SPEC 8.5's 1 % bins)."""
     tbt_p90: Optional[float] = None
     """Inter-token gap over every gap, 90th percentile, s."""
     tbt_p99: Optional[float] = None
     """Inter-token gap over every gap, 99th percentile, s (Sarathi-Serve's P99 TBT)."""
     sched_delay_p50: Optional[float] = None
-    """Scheduling delay (first iteration holding any of its tokens - arrival) of
-    finished requests, median, s."""
+    """Scheduling delay (first iteration with its tokens - arrival), median, s."""
     sched_delay_p90: Optional[float] = None
     """Scheduling delay, 90th percentile, s."""
     sched_delay_p99: Optional[float] = None
@@ -248,8 +251,7 @@ class Result:
     tpot: Optional[np.ndarray] = None
     """TPOT (s) of every finished request with vd > 1, in finishing order."""
     tbt_max: Optional[np.ndarray] = None
-    """Largest inter-token gap (s) of every finished request with vd > 1, in
-    finishing order."""
+    """Largest inter-token gap (s) of every finished request with vd > 1."""
     sched_delay: Optional[np.ndarray] = None
     """Scheduling delay (s) of every finished request, in finishing order."""
     gaps: Optional[GapHistogram] = None
@@ -289,6 +291,24 @@ class Result:
                 row.update(kv._asdict())
         return rows
 
+    def to_frame(self, label: str = "") -> "pandas.DataFrame":
+        """The summary as a one-row pandas DataFrame (the ``--json`` row)."""
+        return frame([self.row(label)], "Result.to_frame")
+
+    def requests_frame(self) -> "pandas.DataFrame":
+        """:meth:`requests` as a pandas DataFrame, a row per request, times in
+        seconds (with a KV cache, also the :class:`RequestMemory` columns)."""
+        rows = [r._asdict() for r in self.requests()]
+        log = self.request_log
+        if log and log[0].memory is not None:
+            for row, memory in zip(rows, self.request_memory()):
+                row.update(memory._asdict())
+        return frame(rows, "Result.requests_frame")
+
+    def batches_frame(self) -> "pandas.DataFrame":
+        """:meth:`batches` as a pandas DataFrame, a row per iteration, times in seconds."""
+        return frame(self.batches(), "Result.batches_frame")
+
     def request_memory(self) -> List[RequestMemory]:
         """Every request's KV record, by id (runs with a KV cache)."""
         log = _need(self.request_log, "requests")
@@ -310,13 +330,11 @@ class Result:
         scheduling delay (s), whether it finished, and its class."""
         log = _need(self.request_log, "requests")
         kept = self.token_times or {}
-        out = []
-        for r in sorted(log, key=lambda r: r.rid):
-            scheduled, gap = kept.get(r, (None, None))
-            out.append(RequestLatency.from_times(
-                to_seconds(r.arrival), _seconds(r.first_token), _seconds(r.finished), r.vd,
-                _seconds(scheduled), _seconds(gap), r.klass))
-        return out
+        s = _seconds
+        return [RequestLatency.from_times(to_seconds(r.arrival), s(r.first_token), s(r.finished),
+                                          r.vd, s(kept.get(r, (None, None))[0]),
+                                          s(kept.get(r, (None, None))[1]), r.klass)
+                for r in sorted(log, key=lambda r: r.rid)]
 
     def requests(self) -> List[RequestTimes]:
         """Every request that arrived, by id, times in seconds."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Generator, Iterable, Optional
+from typing import Any, Generator, Iterable, Optional
 
 import numpy as np
 import simpy
 
-from llmqueue.common import validation
+from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import now_ticks, wait_until
 from llmqueue.engine.kv import KV
@@ -21,6 +21,7 @@ from llmqueue.models.latency import LatencyModel
 from llmqueue.models.workload import Arrival, Workload
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
+from llmqueue.policies.wait import Wait
 from llmqueue.theory.drift import window_times
 from llmqueue.theory.stability import assess
 
@@ -49,7 +50,10 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     every figure as it was), ``batches`` and ``timeseries`` also keep
     :attr:`Result.kv_log` and :attr:`Result.kv_series`, and the request log's
     requests carry their KV record.  Every iteration is stepped (no
-    skip-ahead) when ``kv`` is set.  ``check_invariants`` checks the KV
+    skip-ahead) when ``kv`` is set.  ``policy="wait"`` needs its quotas:
+    pass ``Wait(n=...)`` (:class:`~llmqueue.policies.wait.Wait`, SPEC 7.5) and
+    a ``kv``; its summary adds ``threshold_error``, the preemptions its quotas
+    let happen (0 when they fit the cache).  ``check_invariants`` checks the KV
     invariants of SPEC 7.3 on every iteration (slow; default: the environment
     variable ``LLMQUEUE_CHECK_INVARIANTS=1``).
     """
@@ -58,13 +62,16 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     elif getattr(workload, "count", None) is None:
         raise ValueError("horizon must be given for an endless arrival stream "
                          "(or give the workload a count)")
+    limits.check_requests(getattr(workload, "rate", None), horizon,
+                          getattr(workload, "count", None))
     validation.nonnegative_number("warmup", warmup)
     if warmup and (horizon is None or warmup >= horizon):
         raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")
     pol = make_policy(policy, chunked=chunked)
     env = simpy.Environment()
     until = to_ticks(horizon) if horizon is not None else None
-    recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=batches,
+    budget = bmax if pol.budgeted else None  # WAIT ignores bmax (SPEC 7.5)
+    recorder = Recorder(budget if budget is not None else UNLIMITED, batches=batches,
                         requests=requests, timeseries=timeseries)
     if kv is not None:
         recorder.memory = MemoryRecorder(kv, batches=batches, timeseries=timeseries)
@@ -73,7 +80,12 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead, max_pending=max_pending, kv=kv,
                     check_invariants=bool(check_invariants))
-    env.process(feed(env, engine, workload, until))
+    shown = progress.runs_are_shown()
+    meter = None
+    if shown:  # simulated seconds against the horizon, else arrivals against the count
+        meter = progress.bar(horizon if horizon is not None else workload.count,
+                             "s" if horizon is not None else "req", True, pol.name, False)
+    env.process(feed(env, engine, workload, until, meter))
     if until is not None:
         origin = to_ticks(warmup)
         if origin:
@@ -85,6 +97,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         env.run(until=until)
     except Diverged as stop:
         diverged = stop
+    finally:
+        if meter is not None:
+            meter.close()
     end = until if until is not None and diverged is None else now_ticks(env)
     recorder.close(end)
     if isinstance(engine.residents, MemoryResidents):
@@ -97,7 +112,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     summary = summary.with_figures(**assess(summary, rate=getattr(workload, "rate", None),
                           mean_prefill=getattr(workload, "mean_prefill", None),
                           mean_decode=getattr(workload, "mean_decode", None),
-                          work_conserving=pol.work_conserving, bmax=bmax, kmax=kmax,
+                          work_conserving=pol.work_conserving, bmax=budget, kmax=kmax,
                           latency=engine.latency), diverged_at=None)
     if diverged is not None:
         summary = summary.with_figures(verdict="diverged", diverged_at=to_seconds(diverged.now))
@@ -110,6 +125,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         summary = summary.with_figures(**memory.figures(
             end, recorder.completed, recorder.batches,
             recorder.decode_tokens + recorder.prefill_tokens))
+        if isinstance(pol, Wait):  # its quotas should never let memory overflow
+            summary = summary.with_figures(threshold_error=memory.preemptions)
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   np.array(recorder.ttft), np.array(recorder.tpot),
                   np.array(recorder.tbt), np.array(recorder.sched_delay),
@@ -136,9 +153,11 @@ def restart_at(env: simpy.Environment, recorder: Recorder, at: int
 
 
 def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
-         until: Optional[int] = None) -> Generator[simpy.Event, object, None]:
+         until: Optional[int] = None, meter: Any = None) -> Generator[simpy.Event, object, None]:
     """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
-    at their times, numbering requests from 0 in arrival order."""
+    at their times, numbering requests from 0 in arrival order.  A progress
+    ``meter`` (a tqdm bar) advances at each arrival: to the arrival time when
+    the run has a horizon, else by one request."""
     rid = 0
     for arrival in arrivals:
         if not (yield from wait_until(env, arrival[0], until, "arrival times")):
@@ -146,3 +165,6 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
         klass = arrival[3] if len(arrival) > 3 else None
         engine.submit(Request(rid, arrival[1], arrival[2], klass))
         rid += 1
+        if meter is not None:
+            meter.update(1 if until is None else env.now / 1e9 - meter.n)
+    engine.end_arrivals()  # the workload is exhausted before the horizon

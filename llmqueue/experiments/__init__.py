@@ -2,6 +2,9 @@
 one :class:`~llmqueue.experiments.base.Experiment` and registers it.  The top
 layer below the CLI and the plots; ``import llmqueue`` does not load it."""
 
+from typing import Iterable, List, Tuple
+
+from llmqueue.common import files
 from llmqueue.common.params import Param
 from llmqueue.experiments.base import REGISTRY, Check, Experiment, RunOptions, register
 
@@ -20,8 +23,23 @@ from llmqueue.experiments import agents  # noqa: F401
 from llmqueue.experiments import disaggregated  # noqa: F401
 from llmqueue.experiments import parallel  # noqa: F401
 from llmqueue.experiments import rybko_stolyar  # noqa: F401
+from llmqueue.experiments import goodput  # noqa: F401
+from llmqueue.experiments import engines  # noqa: F401
 # isort: on
 
+#: Parameters whose value names a file an experiment writes (a figure): outputs.
+#: Every other parameter value that names a file is an input.
+WRITTEN = ("cdf", "figure")
+
+
+def files_named(values: Iterable[Tuple[str, object]]
+                ) -> Tuple[List[files.Named], List[files.Named]]:
+    """``(written, read)``: the files that parameter values ``(name, value)``
+    name, split into those the experiment writes (:data:`WRITTEN`, whether they
+    exist or not) and the existing files it may read (:func:`files.named_files`)."""
+    values = list(values)
+    written = [(k, str(v)) for k, v in values if k in WRITTEN and v]
+    return written, files.named_files((k, v) for k, v in values if k not in WRITTEN)
 
 
 def get(name: str) -> Experiment:
@@ -32,4 +50,5 @@ def get(name: str) -> Experiment:
     return found
 
 
-__all__ = ["REGISTRY", "Check", "Experiment", "Param", "RunOptions", "get", "register"]
+__all__ = ["REGISTRY", "WRITTEN", "Check", "Experiment", "Param", "RunOptions", "files_named",
+           "get", "register"]

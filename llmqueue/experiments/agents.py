@@ -59,7 +59,7 @@ def simulate_agents(params: Dict[str, Any], horizon: float, seed: int,
     net = Network(seed=seed, batches=batches)
     for name in ENGINES:
         net.add_engine(name, kw["policy"], bmax=kw["bmax"], kmax=kw["kmax"],
-                       chunked=kw["chunked"], latency=kw["latency"])
+                       chunked=kw["chunked"], latency=kw["latency"], kv=kw["kv"])
     jobs = start_jobs(net, workflow(params["review"]), params["rate"], seed=seed)
     result = net.run(horizon)
     per_job = expected_tokens_per_job(params["review"])
@@ -85,7 +85,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     name="agents",
     summary="SPEC 6.4: planner -> 3 parallel workers -> aggregator over three engines",
-    params={**engine_params(memory=False, bmax=BMAX),
+    params={**engine_params(bmax=BMAX),
             "rate": Param("float", RATE, "jobs per second (Poisson)"),
             "review": Param("float", REVIEW_P, "chance a job asks the planner for a review")},
     run=run,

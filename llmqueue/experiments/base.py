@@ -16,6 +16,7 @@ from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.models.latency import Staircase
 from llmqueue.models.workload import Workload
+from llmqueue.policies.wait import Wait
 from llmqueue.theory import memory
 
 Rows = List[Tuple[str, Result]]
@@ -47,35 +48,66 @@ MEMORY_PARAMS: Dict[str, Param] = {
     "kv": Param("int-or-none", None, "KV cache size in tokens (none: no memory limit)", low=1),
     "kv_block": Param("int", 1, "KV block size (tokens)", low=1),
     "kv_admission": Param("str", "lazy", "when KV blocks are taken", ADMISSIONS),
-    "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: not built)",
+    "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: needs kv_swap)",
                            ("recompute", "none", "swap")),
     "kv_restart": Param("str", "keep", "a preempted request's new work", RESTARTS),
     "kv_watermark": Param("float-or-none", None, "share of KV blocks a new start leaves free "
                           "(none: 0.01 for prompt, else 0)", low=0.0),
+    "kv_swap": Param("int-or-none", None, "CPU swap pool in tokens (kv_preemption=swap)", low=1),
+    "kv_swap_cost": Param("float", 0.0, "seconds per KV token moved to or from the swap pool",
+                          low=0.0),
+    "kv_max_tokens": Param("int-or-none", None, "tokens kv_admission=peak reserves per request "
+                           "(none: its vp + vd)", low=1),
 }
 # added after sweeps already drew run seeds from every parameter: at their
 # defaults they stay out of the seeds, so runs without memory keep their numbers
 MEMORY_PARAMS = {name: replace(p, quiet_default=True) for name, p in MEMORY_PARAMS.items()}
 ENGINE_PARAMS.update(MEMORY_PARAMS)
+#: WAIT's quota (SPEC 7.5, 9: scheduler ``wait`` with ``wait_n=N``), quiet at its
+#: default like the memory keys; WAIT needs a KV cache, so networks leave it out.
+WAIT_PARAMS: Dict[str, Param] = {
+    "wait_n": Param("int-or-none", None, "WAIT's group of whole prompts (scheduler=wait, "
+                    "which ignores bmax; none: wait_thresholds from kv, vp and vd)", low=1,
+                    quiet_default=True)}
+ENGINE_PARAMS.update(WAIT_PARAMS)
 
 
 def engine_params(memory: bool = True, **defaults: object) -> Dict[str, Param]:
     """:data:`ENGINE_PARAMS` with some defaults changed (same types and help),
     e.g. ``engine_params(bmax=512, kmax=None)``; ``memory=False`` leaves out
-    the KV-cache keys (networks of engines do not take them yet)."""
+    the KV-cache keys."""
     unknown = set(defaults) - set(ENGINE_PARAMS)
     if unknown:
         raise ValueError(f"not engine parameters: {', '.join(sorted(unknown))}; allowed: "
                          f"{', '.join(ENGINE_PARAMS)}")
     return {name: replace(p, default=defaults[name]) if name in defaults else p
-            for name, p in ENGINE_PARAMS.items() if memory or name not in MEMORY_PARAMS}
+            for name, p in ENGINE_PARAMS.items()
+            if memory or (name not in MEMORY_PARAMS and name not in WAIT_PARAMS)}
 
 
 def engine_kwargs(p: Mapping[str, Any]) -> Dict[str, Any]:
     """Keyword arguments of :func:`llmqueue.simulate` from engine parameters."""
-    return {"policy": p["scheduler"], "bmax": p["bmax"], "kmax": p["kmax"],
+    kv = kv_of(p)
+    return {"policy": policy_of(p, kv), "bmax": p["bmax"], "kmax": p["kmax"],
             "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"]),
-            "kv": kv_of(p)}
+            "kv": kv}
+
+
+def policy_of(p: Mapping[str, Any], kv: Optional[KV]) -> object:
+    """The policy ``p["scheduler"]`` names; ``wait`` becomes ``Wait(n=wait_n)``,
+    with ``n`` from :func:`~llmqueue.theory.memory.wait_thresholds` (the cache
+    less its watermark) when ``wait_n`` is none and ``vp``, ``vd`` are fixed.
+    ``wait_n`` with another scheduler is an error, never ignored."""
+    n = p.get("wait_n")
+    if p["scheduler"] != Wait.name:
+        if n is not None:
+            raise ValueError(f"wait_n needs scheduler=wait; got scheduler={p['scheduler']!r}")
+        return p["scheduler"]
+    vp, vd = p.get("vp"), p.get("vd")
+    if n is None and kv is not None and isinstance(vp, int) and isinstance(vd, int):
+        n = memory.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+                                   block_size=kv.block_size)[0]
+    return Wait(n=n)
 
 
 def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
@@ -92,7 +124,9 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
         return None
     return KV(capacity_tokens=p["kv"], block_size=p["kv_block"],
               admission=p["kv_admission"], preemption=p["kv_preemption"],
-              restart=p["kv_restart"], watermark=p["kv_watermark"])
+              restart=p["kv_restart"], watermark=p["kv_watermark"],
+              swap_tokens=p.get("kv_swap"), swap_seconds_per_token=p.get("kv_swap_cost", 0.0),
+              max_tokens=p.get("kv_max_tokens"))
 
 
 def memory_capacity(p: Mapping[str, Any], vp: int, vd: int, latency: Any

@@ -105,7 +105,7 @@ def simulate_mode(params: Dict[str, Any], mode: str, horizon: float, seed: int,
     """One mode's rows: each pool, then ``total`` with whole-request figures."""
     kw = engine_kwargs(params)
     engine = dict(policy=kw["policy"], bmax=kw["bmax"], kmax=kw["kmax"],
-                  chunked=kw["chunked"], latency=kw["latency"])
+                  chunked=kw["chunked"], latency=kw["latency"], kv=kw["kv"])
     gpus, prefill_gpus = params["gpus"], params["prefill_gpus"]
     if not 1 <= prefill_gpus < gpus:
         raise ValueError(f"prefill_gpus must be an integer in 1..gpus-1={gpus - 1}, "
@@ -154,7 +154,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     name="disaggregated",
     summary="prefill and decode on separate pools against the same GPUs colocated",
-    params={**engine_params(memory=False, bmax=BMAX, kmax=None),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "gpus": Param("int", GPUS, "engines in all, in both modes"),
             "prefill_gpus": Param("int", PREFILL_GPUS, "of them, prefill engines (disaggregated)"),
             "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)"),

@@ -59,7 +59,7 @@ def simulate_router(params: Dict[str, Any], router: str, horizon: float, seed: i
     net = Network(seed=seed, batches=batches)
     net.add_replicas("engine", params["engines"], router, policy=kw["policy"],
                      bmax=kw["bmax"], kmax=kw["kmax"], chunked=kw["chunked"],
-                     latency=kw["latency"])
+                     latency=kw["latency"], kv=kw["kv"])
     net.feed("engine", workload(params, seed))
     return net.run(horizon)
 
@@ -83,7 +83,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     name="parallel",
     summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
-    params={**engine_params(memory=False, bmax=BMAX, kmax=None),
+    params={**engine_params(bmax=BMAX, kmax=None),
             "engines": Param("int", ENGINES, "number of identical engines K"),
             "router": Param("str", "jsq-tokens", "router (all: one total row per router)",
                             tuple(router_names()) + ("all",)),

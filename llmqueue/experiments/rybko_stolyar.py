@@ -13,12 +13,13 @@ enters there (stable).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Generator, List, Tuple
+from typing import Any, Dict, Generator, List, Optional, Tuple
 
 import simpy
 
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.experiments.base import Experiment, Param, Rows, register
+from llmqueue.engine.kv import KV
+from llmqueue.experiments.base import MEMORY_PARAMS, Experiment, Param, Rows, kv_of, register
 from llmqueue.models.latency import Constant
 from llmqueue.models.sizes import PoissonSize, SizeLaw, decode_sizes
 from llmqueue.network.network import Network, NetworkResult
@@ -61,15 +62,16 @@ def route(ctx: JobContext) -> Generator[simpy.Event, object, None]:
     yield hop(ctx, second, LONG)
 
 
-def build(priority: str, load: float = LOAD, seed: int = 0, batches: bool = False
-          ) -> Tuple[Network, Dict[str, list]]:
-    """The two engines with the given priority and both job sources."""
+def build(priority: str, load: float = LOAD, seed: int = 0, batches: bool = False,
+          kv: Optional[KV] = None) -> Tuple[Network, Dict[str, list]]:
+    """The two engines with the given priority and both job sources (each
+    engine with a KV cache of its own when ``kv`` is given)."""
     if priority not in ("exiting", "entering"):
         raise ValueError(f"priority must be one of exiting, entering; got {priority!r}")
     net = Network(seed=seed, batches=batches)
     for name in ("engine-1", "engine-2"):
         net.add_engine(name, ClassPriority(Sarathi(), ranking(priority, name)), bmax=BMAX,
-                       kmax=None, latency=Constant(1.0))
+                       kmax=None, latency=Constant(1.0), kv=kv)
     rate = load * BMAX / HOP_TOKENS
     jobs = {t: start_jobs(net, route, rate, klass=t, seed=seed * 2 + i)
             for i, t in enumerate(ROUTES)}
@@ -77,9 +79,10 @@ def build(priority: str, load: float = LOAD, seed: int = 0, batches: bool = Fals
 
 
 def simulate_priority(priority: str, horizon: float = HORIZON, load: float = LOAD,
-                      seed: int = 0, batches: bool = False) -> Tuple[NetworkResult, Dict]:
+                      seed: int = 0, batches: bool = False, kv: Optional[KV] = None
+                      ) -> Tuple[NetworkResult, Dict]:
     """Run one priority rule; the network's results and the job records."""
-    net, jobs = build(priority, load, seed, batches)
+    net, jobs = build(priority, load, seed, batches, kv)
     result = net.run(horizon)
     return result, jobs
 
@@ -91,7 +94,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     rows: Rows = []
     for priority in priorities:
         result, jobs = simulate_priority(priority, options.horizon or HORIZON, params["load"],
-                                         options.seed or 0, options.batches)
+                                         options.seed or 0, options.batches, kv_of(params))
         result.total.add_figures(**job_summary(jobs["A"] + jobs["B"]),
                                  classes={str(k): v for k, v in result.by_class().items()})
         rows.extend(result.rows(prefix=f"{priority}/"))
@@ -103,7 +106,8 @@ EXPERIMENT = register(Experiment(
     summary="SPEC 6.4: two engines, cyclic routes; exiting-class priority is unstable",
     params={"priority": Param("str", "both", "which class each engine favours",
                               ("exiting", "entering", "both")),
-            "load": Param("float", LOAD, "offered load of each engine (fraction of 768/unit)")},
+            "load": Param("float", LOAD, "offered load of each engine (fraction of 768/unit)"),
+            **MEMORY_PARAMS},
     run=run,
     network=True,
     options=NETWORK_OPTIONS,

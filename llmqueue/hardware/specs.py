@@ -25,7 +25,7 @@ from dataclasses import KW_ONLY, dataclass
 from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
-from llmqueue.common import validation
+from llmqueue.common import files, validation
 
 
 @dataclass(frozen=True)
@@ -145,10 +145,8 @@ class ModelShape:
                 path = os.path.join(path, "config.json")
             where = path
             try:
-                with open(path, encoding="utf-8") as handle:
+                with files.open_text_input(path, "model config") as handle:
                     data = json.load(handle)
-            except OSError as exc:
-                raise ValueError(f"{path}: cannot read the model config: {exc.strerror}") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON: {exc}") from None
             if not isinstance(data, Mapping):

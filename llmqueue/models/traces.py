@@ -19,7 +19,6 @@ and, in the model, yields its first token); ``"drop"`` leaves such rows out and
 
 from __future__ import annotations
 
-import csv
 import datetime
 import re
 from dataclasses import dataclass, replace
@@ -27,7 +26,7 @@ from typing import Hashable, List, Optional, Tuple
 
 import numpy as np
 
-from llmqueue.common import validation
+from llmqueue.common import files, validation
 from llmqueue.models.arrivals import TraceTimes
 from llmqueue.models.sizes import Empirical
 from llmqueue.models.workload import Workload, from_list
@@ -93,21 +92,21 @@ class Trace:
 def read_trace(path: str, zero_decode: str = "one") -> Trace:
     """Read a generic or Azure 2023 trace file (see the module docstring)."""
     validation.choice("zero_decode", zero_decode, ZERO_DECODE)
-    with validation.open_text(path) as handle:
-        reader = csv.reader(handle)
-        header = [h.strip() for h in next(reader, [])]
+    with files.open_text_input(path) as handle:
+        reader = files.csv_rows(handle, handle.name)
+        header = [h.strip() for h in next(reader, (1, []))[1]]
         if header[:3] == GENERIC and len(header) in (3, 4):
             kind, parse = "generic", _generic_row
         elif header == AZURE:
             kind, parse = "azure-2023", _azure_row
         else:
-            raise ValueError(f"{path}:1: header must be arrival,prefill,decode[,class] or "
+            raise ValueError(f"{handle.name}:1: header must be arrival,prefill,decode[,class] or "
                              f"TIMESTAMP,ContextTokens,GeneratedTokens (Azure 2023); "
                              f"got {','.join(header)!r}")
         rows: List[Tuple[float, int, int, Hashable]] = []
         zeros = 0
         origin: Optional[Tuple[int, float]] = None
-        for line, row in enumerate(reader, start=2):
+        for line, row in reader:
             if not row or not "".join(row).strip():
                 continue
             try:
@@ -125,7 +124,7 @@ def read_trace(path: str, zero_decode: str = "one") -> Trace:
                         continue
                     decode = 1
             except ValueError as exc:
-                raise ValueError(f"{path}:{line}: {exc}") from None
+                raise ValueError(f"{handle.name}:{line}: {exc}") from None
             rows.append((time, prefill, decode, klass))
     rows.sort(key=lambda r: r[0])  # stable: equal times keep their order
     classes = [r[3] for r in rows] if kind == "generic" and len(header) == 4 else None

@@ -64,7 +64,7 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
                           classes[i].name)
 
     names = ", ".join(f"{c.name}@{c.rate}/s" for c in classes)
-    return Workload(make, count, f"classes {names}, seed={seed}")
+    return Workload(make, count, f"classes {names}, seed={seed}", rate=total)
 
 
 def by_class(requests: Iterable[Request], end: Optional[int] = None

@@ -18,9 +18,12 @@ from typing import (Any, Callable, Dict, Generator, Hashable, Iterable, List, Op
 import numpy as np
 import simpy
 
-from llmqueue.common import validation
-from llmqueue.common.units import UNLIMITED, to_ticks
+from llmqueue.common import limits, validation
+from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
+from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_recorder import MemoryRecorder
+from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result, Summary
@@ -72,21 +75,27 @@ class Network:
         self.until: Optional[int] = None
         self.end: Optional[int] = None
         self._endless = False
+        #: (rate, count) of each fed workload, checked against the run size limit
+        self._sources: List[Tuple[Optional[float], Optional[int]]] = []
 
     # -- building --------------------------------------------------------
     def add_engine(self, name: str, policy: object = "sarathi", *, bmax: Optional[int] = 128,
                    kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
-                   chunked: bool = True) -> Engine:
+                   chunked: bool = True, kv: Optional[KV] = None) -> Engine:
         """A new engine called ``name`` with its own policy, budget, slots and
-        latency model (``policy`` as :func:`~llmqueue.make_policy` takes it)."""
+        latency model (``policy`` as :func:`~llmqueue.make_policy` takes it),
+        and its own KV cache when ``kv`` is given (SPEC 7: its result then
+        carries the memory figures)."""
         self._new_name(name)
         recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=self.batches,
                             requests=True, timeseries=True)
+        if kv is not None:
+            recorder.memory = MemoryRecorder(kv, batches=self.batches)
         # engines of a network step one iteration at a time: a skipped run's single
         # timeout would be ordered differently among other engines' events at the
         # instant it ends, changing who reaches the next engine first
         engine = Engine(self.env, make_policy(policy, chunked=chunked), bmax=bmax, kmax=kmax,
-                        latency=latency, recorder=recorder, skip_ahead=False, name=name)
+                        latency=latency, recorder=recorder, skip_ahead=False, name=name, kv=kv)
         self.engines[name] = engine
         return engine
 
@@ -106,7 +115,8 @@ class Network:
     def add_replicas(self, name: str, count: int, router: object = "jsq-tokens",
                      **engine: Any) -> Pool:
         """``count`` identical engines ``name-0 .. name-(count-1)`` and a pool
-        ``name`` over them; ``engine`` holds :meth:`add_engine`'s keywords."""
+        ``name`` over them; ``engine`` holds :meth:`add_engine`'s keywords (a
+        ``kv`` gives each replica a cache of its own)."""
         validation.positive_int("engines", count)
         members = [self.add_engine(f"{name}-{i}", **engine).name for i in range(count)]
         return self.add_pool(name, members, router)
@@ -168,6 +178,7 @@ class Network:
         self.route(target)  # fail now on an unknown name
         if getattr(arrivals, "count", None) is None:
             self._endless = True
+        self._sources.append((getattr(arrivals, "rate", None), getattr(arrivals, "count", None)))
         self.env.process(self._feed(target, arrivals))
 
     def _feed(self, target: str, arrivals: Iterable[Arrival]
@@ -200,6 +211,9 @@ class Network:
         elif self._endless:
             raise ValueError("horizon must be given for an endless arrival stream "
                              "(or give the workload a count)")
+        horizon_s = None if self.until is None else self.until / TICKS_PER_SECOND
+        for rate, count in self._sources:
+            limits.check_requests(rate, horizon_s, count)
         for engine in self.engines.values():
             engine.until = self.until
         self.env.run(until=self.until)
@@ -213,6 +227,8 @@ class Network:
 def _engine_result(engine: Engine, end: int) -> Result:
     recorder = engine.recorder
     recorder.close(end)
+    if isinstance(engine.residents, MemoryResidents):
+        engine.residents.book_areas()
     log = _kept(recorder.request_log)
     log.extend(engine.residents)
     log.extend(engine.waiting)
@@ -221,7 +237,25 @@ def _engine_result(engine: Engine, end: int) -> Result:
     summary = summary.with_figures(**_load(summary, capacity(engine), recorder))
     params = {"engine": engine.name, "scheduler": engine.policy.name, "bmax": engine.bmax,
               "kmax": engine.kmax, "latency": repr(engine.latency)}
-    return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series)
+    memory = recorder.memory
+    if memory is not None:
+        params["kv"] = repr(engine.kv)
+        summary = summary.with_figures(**_memory(engine, end))
+    return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
+                  kv_log=memory.log if memory is not None else None)
+
+
+def _memory(engine: Engine, end: int) -> Dict[str, object]:
+    """The memory figures of SPEC 7.7 of an engine with a KV cache."""
+    rec = engine.recorder
+    return rec.memory.figures(end, rec.completed, rec.batches,
+                              rec.decode_tokens + rec.prefill_tokens)
+
+
+#: Memory figures that add up over the engines of a network (its total rows).
+_MEMORY_SUMS = ("preemptions", "recomputed_tokens", "ignored", "kv_mean", "swap_outs",
+                "swapped_out_tokens", "swap_ins", "swapped_in_tokens", "swap_fallbacks",
+                "swap_seconds")
 
 
 def _load(summary: Summary, cap: Optional[float], recorder: Recorder
@@ -266,6 +300,11 @@ def combine(engines: List[Engine], end: int) -> Result:
     known = [c for c in caps if c is not None]
     cap = None if len(known) < len(caps) else sum(known)
     summary = summary.with_figures(**_load(summary, cap, total))
+    caches = [e for e in engines if e.kv is not None]
+    if caches:  # sums over the engines with a cache (ignored requests close the count)
+        figures = [_memory(e, end) for e in caches]
+        summary = summary.with_figures(**{key: sum(f[key] or 0 for f in figures)  # type: ignore
+                                          for key in _MEMORY_SUMS if key in figures[0]})
     requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
     logs = [e.recorder.batch_log for e in engines]
     kept = [log for log in logs if log is not None]

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from llmqueue.common import validation
+from llmqueue.common.progress import bar
 from llmqueue.network.routers import ROUTERS
 from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
 from llmqueue.planning.replicate import Task
@@ -200,9 +200,7 @@ class _Bar:
     """A tqdm bar on stderr when it is a terminal (or ``progress`` is true)."""
 
     def __init__(self, progress: Optional[bool], unit: str = "rep") -> None:
-        from tqdm import tqdm
-        shown = sys.stderr.isatty() if progress is None else progress
-        self.bar = tqdm(total=None, unit=unit, disable=not shown, file=sys.stderr)
+        self.bar = bar(None, unit, progress)
 
     def __enter__(self) -> Any:
         return self.bar

@@ -19,6 +19,8 @@ from matplotlib.animation import Animation
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from llmqueue.common import files
+
 if TYPE_CHECKING:
     from matplotlib.typing import LegendLocType  # for type checking only (recent matplotlib)
 
@@ -150,14 +152,19 @@ def save(figure: Union[Figure, Animation], path: str, dpi: Optional[int] = None)
     animation as a GIF at its own frame rate.  The one way llmqueue writes a
     figure: the figure functions only draw."""
     folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-    if isinstance(figure, Animation):
-        figure.save(path, writer="pillow", dpi=dpi or GIF_DPI)
-        owner = getattr(figure, "_fig", None)  # matplotlib keeps no public handle
-        if owner is not None:
-            plt.close(owner)
-    else:
-        figure.savefig(path, dpi=dpi or DPI, bbox_inches="tight")
-        plt.close(figure)
+    with files.writing(path, "figure"):  # no space left, no such folder: one line
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        if isinstance(figure, Animation):
+            try:
+                figure.save(path, writer="pillow", dpi=dpi or GIF_DPI)
+            finally:
+                owner = getattr(figure, "_fig", None)  # matplotlib keeps no public handle
+                if owner is not None:
+                    plt.close(owner)
+        else:
+            try:
+                figure.savefig(path, dpi=dpi or DPI, bbox_inches="tight")
+            finally:
+                plt.close(figure)
     return path

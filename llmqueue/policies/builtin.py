@@ -76,6 +76,11 @@ class Policy:
     #: Whether its batches put prefill chunks before decodes (``orca``): with a
     #: KV cache the engine's gate then charges the budget in that order.
     prefill_first: bool = False
+    #: Whether the engine charges its batches against ``bmax`` (WAIT does not:
+    #: its batches are gated with an unlimited budget, SPEC 7.5).
+    budgeted: bool = True
+    #: Whether it runs only on an engine with a KV cache (WAIT's quotas are memory's).
+    needs_kv: bool = False
 
     def __init__(self, chunked: bool = True) -> None:
         if not isinstance(chunked, bool):

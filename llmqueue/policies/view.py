@@ -76,6 +76,9 @@ class View(Protocol):
         """Residents with prefill left, in admission order."""
         ...
 
+    # A view may also carry ``population`` (see :func:`population`) and
+    # ``draining`` (see :func:`is_draining`); policies read them with defaults.
+
 
 class Plan(NamedTuple):
     """One iteration's batch: a decode token for each of ``decode`` and the
@@ -107,17 +110,35 @@ IDLE = Plan((), ())
 class SimpleView(NamedTuple):
     """A hand-made :class:`View`, or a part of one.  ``population`` is the
     number of residents of the whole engine when this view shows only some
-    of them (a class under class priority); ``None`` means these are all."""
+    of them (a class under class priority); ``None`` means these are all.
+    ``draining`` says that no resident can join before this batch runs
+    (:func:`is_draining`)."""
 
     decoding: Sequence[Request]
     prefilling: Sequence[Request]
     population: Optional[int] = None
+    draining: bool = False
 
 
 def population(view: View) -> int:
     """How many residents the engine behind ``view`` holds."""
     whole = getattr(view, "population", None)
     return whole if whole is not None else len(view.decoding) + len(view.prefilling)
+
+
+def is_draining(view: View) -> bool:
+    """Whether no resident can join the engine behind ``view`` before the
+    batch being chosen runs: its workload's arrivals are over (and nobody
+    waits for a slot), or every kmax slot is taken.  A policy that waits for
+    residents to accumulate (WAIT, SPEC 7.5) must not wait then.  Views that
+    do not say are not draining."""
+    return bool(getattr(view, "draining", False))
+
+
+def processed(r: Request) -> int:
+    """Tokens ``r`` has processed in its current incarnation: its KV under
+    memory (SPEC 7.1), 0 until it starts and again after a preemption."""
+    return r.vp + r.vd - r.prefill_left - r.decode_left
 
 
 def make_view(residents: Sequence[Tuple[Hashable, int, int]],

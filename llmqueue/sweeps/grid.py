@@ -15,6 +15,7 @@ import json
 import math
 from typing import Dict, List, Mapping, Protocol, Sequence, Tuple
 
+from llmqueue.common import limits
 from llmqueue.common.params import Param
 
 #: Parameters left out of the seed: runs that differ only in these see the
@@ -26,7 +27,9 @@ MAX_POINTS = 10_000
 
 
 def expand(grid: Mapping[str, Sequence[object]]) -> List[Dict[str, object]]:
-    """Every combination of the grid's values, the last key varying fastest."""
+    """Every combination of the grid's values, the last key varying fastest
+    (at most :data:`~llmqueue.common.limits.MAX_RUNS`)."""
+    limits.check_runs(math.prod(len(values) for values in grid.values()))
     keys = list(grid)
     return [dict(zip(keys, values)) for values in itertools.product(*grid.values())]
 

@@ -11,31 +11,34 @@ run; ``resume`` skips the runs already in that file.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
-import sys
 import time
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol,
-                    Sequence, Set, Tuple)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol,
+                    Sequence, Tuple)
 
-from llmqueue.common import validation
+from llmqueue.common import files, validation
+from llmqueue.common.frames import frame
+from llmqueue.common.progress import bar as progress_bar
 from llmqueue.common.params import Param
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.policies.builtin import make_policy
 from llmqueue.sweeps import grid as grids
+from llmqueue.sweeps import store
+from llmqueue.sweeps.store import (Row, RowWriter, cell, figure_columns, point_columns,
+                                   read_rows, write_rows)
 from llmqueue.theory.stats import aggregate
 
 if TYPE_CHECKING:
-    import pandas  # optional: only to_dataframe needs it
+    import pandas  # optional: only the frames need it
 
-Row = Dict[str, Any]
-"""One tidy row of a sweep: CSV cells read back as None, bool, int, float or text."""
+__all__ = ["Row", "RowWriter", "Runnable", "Task", "execute", "figure_columns", "plan",
+           "point_columns", "read_frame", "read_rows", "run_task", "summarize", "sweep",
+           "to_dataframe", "varying", "write_rows"]
 
-#: Columns between the grid point and the figures, in this order.
+
 class Runnable(Protocol):
     """What a sweep needs of an experiment (:class:`llmqueue.experiments.Experiment`
     is one): its name, typed parameters, defaults, and a checked run."""
@@ -60,8 +63,6 @@ class Runnable(Protocol):
                 options: Optional[RunOptions] = None) -> List[Tuple[str, Result]]: ...
 
 
-RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")
-
 
 @dataclass(frozen=True)
 class Task:
@@ -77,7 +78,7 @@ class Task:
 
     def key(self) -> Tuple[str, ...]:
         """What identifies the run in a CSV file (as the file spells it)."""
-        return tuple(_cell(v) for v in (*self.point.values(), self.replicate, self.seed,
+        return tuple(cell(v) for v in (*self.point.values(), self.replicate, self.seed,
                                          self.horizon, self.warmup))
 
 
@@ -162,11 +163,8 @@ def execute(tasks: Sequence[Task], executor: Optional[Executor] = None,
     ``on_done`` gets each run's rows as it finishes.  Returns the rows in task
     order.  A progress bar goes to stderr when it is a terminal (or when
     ``progress`` is true)."""
-    from tqdm import tqdm
-
-    shown = sys.stderr.isatty() if progress is None else progress
     results: List[List[Row]] = [[] for _ in tasks]
-    with tqdm(total=len(tasks), unit="run", disable=not shown, file=sys.stderr) as bar:
+    with progress_bar(len(tasks), "run", progress) as bar:
         def done(i: int, rows: List[Row]) -> None:
             results[i] = rows
             if on_done is not None:
@@ -200,26 +198,40 @@ def sweep(scenario: Runnable, grid: Mapping[str, Sequence[object]],
     ``executor``: ``None`` runs here, one run after another; otherwise any
     ``concurrent.futures.Executor`` (a ``ProcessPoolExecutor``, or
     ``dask.distributed.Client(...).get_executor()``).  ``out``: a CSV file the
-    rows are appended to as runs finish; with ``resume`` the runs already in
-    it are skipped (and their rows returned from the file).
+    rows are appended to as runs finish (see :mod:`llmqueue.sweeps.store`),
+    locked against a second sweep while this one runs; with ``resume`` the
+    whole runs already in it are skipped (and their rows returned from the
+    file), and cut or malformed ones run again.  ``out`` may not be a file a
+    parameter names (a trace the runs read).
     """
     tasks = plan(scenario, grid, seeds, schedulers=schedulers, fixed=fixed,
                  horizon=horizon, warmup=warmup, base_seed=base_seed)
     if resume and out is None:
         raise ValueError("resume needs out, the CSV file of an earlier sweep")
-    kept: Dict[Tuple[str, ...], List[Row]] = {}
-    if out is not None and resume and os.path.exists(out):
-        kept = _done_runs(out, tasks)
-    todo = [t for t in tasks if t.key() not in kept]
     if out is None:
-        results = execute(todo, executor, None, progress)
-    else:
-        if not resume or not os.path.exists(out):
-            open(out, "w").close()
+        return _rows(tasks, {}, execute(tasks, executor, None, progress))
+    files.check_output(out, "out", regular=True)
+    given = [*(fixed or {}).items(), *((k, v) for k, vs in grid.items() for v in vs)]
+    files.refuse_clashes([("out", out)], files.named_files(given))
+    with files.exclusive_lock(out, "out"):
+        kept: Dict[store.Key, List[Row]] = {}
+        if resume and os.path.exists(out):
+            kept = store.read_done(out, list(tasks[0].point) if tasks else [],
+                                   scenario.name)
+        else:
+            with files.writing(out, "out"):
+                open(out, "w").close()
+        todo = [t for t in tasks if t.key() not in kept]
         with RowWriter(out) as writer:
-            results = execute(todo, executor, writer.write, progress)
-    fresh = dict(zip((t.key() for t in todo), results))
-    return [row for t in tasks for row in (kept.get(t.key()) or fresh[t.key()])]
+            return _rows(tasks, kept, execute(todo, executor, writer.write, progress))
+
+
+def _rows(tasks: Sequence[Task], kept: Mapping[store.Key, List[Row]],
+          fresh: List[List[Row]]) -> List[Row]:
+    """The rows of ``tasks`` in order: from ``kept`` (a file's whole runs) or,
+    for the others in turn, from ``fresh``."""
+    runs = iter(fresh)
+    return [row for t in tasks for row in (kept[t.key()] if t.key() in kept else next(runs))]
 
 
 def summarize(rows: Sequence[Row]) -> List[Row]:
@@ -248,136 +260,12 @@ def varying(points: Sequence[Row], skip: Sequence[str] = ()) -> List[str]:
     return out
 
 
-def point_columns(columns: Sequence[str]) -> List[str]:
-    """The grid point's columns of a sweep's rows (those before ``replicate``)."""
-    return list(columns[:list(columns).index("replicate")])
-
-
-def figure_columns(columns: Sequence[str]) -> List[str]:
-    """The figures of a sweep's rows (those after ``label``)."""
-    return list(columns[list(columns).index("label") + 1:])
-
-
-class RowWriter:
-    """Appends rows to a CSV file, flushing after each run; writes the header
-    when the file is empty."""
-
-    def __init__(self, path: str) -> None:
-        _trim_partial_line(path)
-        self.handle = open(path, "a+", newline="")
-        self.handle.seek(0)
-        header = next(csv.reader(self.handle), None)
-        self.columns: Optional[List[str]] = header
-        self.writer: Optional[csv.DictWriter] = None
-
-    def write(self, rows: Iterable[Row]) -> None:
-        """Append one run's rows and flush them to disk."""
-        rows = list(rows)
-        if not rows:
-            return
-        if self.writer is None:
-            if self.columns is None:
-                self.columns = list(rows[0])
-                csv.writer(self.handle, lineterminator="\n").writerow(self.columns)
-            self.writer = csv.DictWriter(self.handle, self.columns, lineterminator="\n")
-        assert self.columns is not None  # the file's header, or set with the writer above
-        extra = set(rows[0]) ^ set(self.columns)
-        if extra:
-            raise ValueError(f"out: {self.handle.name} has other columns than this sweep "
-                             f"({', '.join(sorted(extra))}); write to a new file")
-        # one run's rows go out in one write, so an interruption cannot keep half a run
-        text = io.StringIO()
-        csv.DictWriter(text, self.columns, lineterminator="\n").writerows(
-            {k: _cell(v) for k, v in row.items()} for row in rows)
-        self.handle.write(text.getvalue())
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-
-    def __enter__(self) -> "RowWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.handle.close()
-
-
-def read_rows(path: str) -> List[Row]:
-    """The rows of a sweep's CSV file, numbers as numbers and empty cells as ``None``."""
-    with validation.open_text(path, "csv") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames or "replicate" not in reader.fieldnames \
-                or "label" not in reader.fieldnames:
-            raise ValueError(f"{path}: not a sweep's CSV (it needs replicate and label "
-                             f"columns)")
-        return [{k: _value(v) for k, v in row.items()} for row in reader
-                if None not in row.values()]
-
-
-def write_rows(path: str, rows: Sequence[Row]) -> None:
-    """Write ``rows`` to a new CSV file."""
-    open(path, "w").close()
-    with RowWriter(path) as writer:
-        writer.write(rows)
-
-
 def to_dataframe(rows: Sequence[Row]) -> "pandas.DataFrame":
-    """The rows as a pandas DataFrame (pandas is optional: ``pip install pandas``)."""
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError("to_dataframe needs pandas: pip install pandas") from None
-    return pandas.DataFrame(list(rows))
+    """The rows as a pandas DataFrame (pandas is an optional extra)."""
+    return frame(rows, "to_dataframe")
 
 
-def _done_runs(path: str, tasks: Sequence[Task]) -> Dict[Tuple[str, ...], List[Row]]:
-    """Rows of ``path`` grouped by the run they came from, for the runs of ``tasks``."""
-    _trim_partial_line(path)
-    wanted: Set[Tuple[str, ...]] = {t.key() for t in tasks}
-    width = len(tasks[0].point) if tasks else 0
-    kept: Dict[Tuple[str, ...], List[Row]] = {}
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None:
-            return kept
-        names = list(reader.fieldnames)
-        if "replicate" not in names or point_columns(names) != list(tasks[0].point):
-            raise ValueError(f"out: {path} is not a sweep over "
-                             f"{', '.join(tasks[0].point)}; write to a new file")
-        name = tasks[0].experiment.name
-        for row in reader:
-            if row.get("scenario") != name:
-                raise ValueError(f"out: {path} is not a sweep of {name} (it holds "
-                                 f"{row.get('scenario')}); write to a new file")
-            key = tuple(row[c] for c in (*names[:width], "replicate", "seed", "horizon",
-                                           "warmup"))
-            if key in wanted:
-                kept.setdefault(key, []).append({k: _value(v) for k, v in row.items()})
-    return kept
-
-
-def _trim_partial_line(path: str) -> None:
-    """Cut a last line left half-written by an interrupted sweep."""
-    if not os.path.exists(path) or not os.path.getsize(path):
-        return
-    with open(path, "rb+") as handle:
-        data = handle.read()
-        if not data.endswith(b"\n"):
-            handle.truncate(data.rfind(b"\n") + 1)
-
-
-def _cell(value: object) -> str:
-    """A value as a CSV cell: empty for ``None``."""
-    return "" if value is None else str(value)
-
-
-def _value(text: str) -> object:
-    """A CSV cell back as a value: ``None``, bool, int, float or text."""
-    if text == "":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+def read_frame(path: str) -> "pandas.DataFrame":
+    """A sweep's CSV (``llmqueue sweep --out``) as a pandas DataFrame, one row per
+    run and figure columns typed as :func:`read_rows` reads them."""
+    return frame(read_rows(path), "read_frame")

@@ -17,7 +17,8 @@ from llmqueue.theory.histogram import GapHistogram
 from llmqueue.theory.memory import (JointCapacity, b_star, delta, envelope_time, kv_area,
                                     kv_area_blocks, kv_area_min, kv_bytes_per_token,
                                     kv_capacity_tokens, lambda_joint, lambda_kmax, lambda_wait,
-                                    mean_kv_area, mu_mem, mu_mix, wait_thresholds)
+                                    mean_kv_area, mu_mem, mu_mix, nested_wait_quotas,
+                                    wait_thresholds)
 from llmqueue.theory.slo import (SLO, Attainment, RequestLatency, Unloaded, attainment,
                                  good_throughput)
 
@@ -26,6 +27,6 @@ __all__ = ["Attainment", "Bounds", "Cost", "GapHistogram", "JointCapacity", "Req
            "delta", "envelope_time", "fluid_slope", "good_throughput", "is_work_conserving",
            "kv_area", "kv_area_blocks", "kv_area_min", "kv_bytes_per_token", "kv_capacity_tokens",
            "lambda_joint", "lambda_kmax", "lambda_star", "lambda_wait", "littles_law", "load",
-           "mean_kv_area", "memory_bound", "mu_mem", "mu_mix", "peak_token_rate", "shape_time",
-           "slot_bound", "smallest_iteration", "token_bound", "token_capacity", "unloaded_latency",
-           "wait_thresholds", "zero_load"]
+           "mean_kv_area", "memory_bound", "mu_mem", "mu_mix", "nested_wait_quotas",
+           "peak_token_rate", "shape_time", "slot_bound", "smallest_iteration", "token_bound",
+           "token_capacity", "unloaded_latency", "wait_thresholds", "zero_load"]

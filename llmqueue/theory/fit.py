@@ -14,13 +14,12 @@ time: the fit then forces ``c = 0`` (least squares through the origin).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from typing import Dict, Generic, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
-from llmqueue.common import validation
+from llmqueue.common import files, validation
 from llmqueue.models.latency import Linear, Staircase
 
 Model = Union[Staircase, Linear]
@@ -123,12 +122,13 @@ def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:
     """``(tokens, seconds)`` arrays from a CSV with the header ``tokens,seconds``.
     A malformed row is an error naming the file and line."""
     tokens, seconds = [], []
-    with validation.open_text(path) as handle:
-        reader = csv.reader(handle)
-        header = [h.strip() for h in next(reader, [])]
+    with files.open_text_input(path) as handle:
+        reader = files.csv_rows(handle, handle.name)
+        header = [h.strip() for h in next(reader, (1, []))[1]]
         if header != ["tokens", "seconds"]:
-            raise ValueError(f"{path}:1: header must be tokens,seconds; got {','.join(header)!r}")
-        for line, row in enumerate(reader, start=2):
+            raise ValueError(f"{handle.name}:1: header must be tokens,seconds; "
+                             f"got {','.join(header)!r}")
+        for line, row in reader:
             if not "".join(row).strip():
                 continue  # a blank line
             try:
@@ -137,7 +137,7 @@ def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:
                 tokens.append(validation.positive_number("tokens", float(row[0])))
                 seconds.append(validation.positive_number("seconds", float(row[1])))
             except ValueError as exc:
-                raise ValueError(f"{path}:{line}: {exc}") from None
+                raise ValueError(f"{handle.name}:{line}: {exc}") from None
     if not tokens:
-        raise ValueError(f"{path}: no samples after the header")
+        raise ValueError(f"{files.shown(path)}: no samples after the header")
     return np.array(tokens), np.array(seconds)

@@ -10,8 +10,8 @@ at most ``M / E[g]`` requests per iteration, which gives
   iteration time at the memory-limited batch ``b* = M E[vp + vd] / E[g]``;
 * ``lambda_joint``: the smallest of the compute (Theorem 2), memory and slot
   (``kmax``) capacities, and which of them binds;
-* WAIT's stage quotas ``n_j`` (``wait_thresholds``) and its capacity
-  ``lambda_wait``;
+* WAIT's stage quotas ``n_j`` (``wait_thresholds``), Nested WAIT's
+  (``nested_wait_quotas``) and WAIT's capacity ``lambda_wait``;
 * the sizing helpers of 7.1: KV bytes per token and the tokens a GPU holds.
 
 Every function is pure, takes tokens, seconds and bytes, and raises
@@ -286,6 +286,45 @@ def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
     if total == 0:
         raise ValueError("types must not all have vp = vd = 0 (no memory area)")
     return [max(1, math.floor(usable * Fraction(p) / total)) for _, _, p in checked]
+
+
+def nested_wait_quotas(vp: int, lengths: Sequence[int], probs: Sequence[float], M: int,
+                       headroom: int = 0, block_size: int = 1) -> List[int]:
+    """Nested WAIT's stage quotas ``n^(1..K)`` (SPEC 7.5) for prompts of ``vp``
+    tokens and output lengths ``l_1 < ... < l_K`` (``lengths``) drawn with
+    weights ``probs``.
+
+    Segment ``k`` holds decode positions ``(l_{k-1}, l_k]`` (segment 1 also the
+    prefill), so its area is the sum of the KV ``vp + d`` over its positions
+    ``d`` (counted in blocks of ``block_size`` as :func:`kv_area_blocks`).
+    With survival weights ``P_k = sum_{i >= k} p_i`` (normalised),
+    ``sum_k P_k area_k = E[g]``, and ``n^(k) = max(1, floor((M' - headroom)
+    P_k / E[g]))`` with ``M'`` the cache in whole blocks: then
+    ``sum_k n^(k) area_k <= M' - headroom`` (unless a quota is raised to 1).
+    ``headroom`` is the paper's buffer ``H`` (tokens).
+    """
+    validation.token_count("vp", vp)
+    validation.positive_int("M", M)
+    validation.nonnegative_int("headroom", headroom)
+    validation.positive_int("block_size", block_size)
+    ls = [validation.positive_int("lengths", x) for x in lengths]
+    ps = [Fraction(validation.positive_number("probs", p)) for p in probs]
+    if not ls or any(b <= a for a, b in zip(ls, ls[1:])):
+        raise ValueError(f"lengths must be increasing integers >= 1; got {ls!r}")
+    if len(ps) != len(ls):
+        raise ValueError(f"probs must give one weight per length ({len(ls)}); got {len(ps)}")
+    usable = M // block_size * block_size - headroom
+    if usable <= 0:
+        raise ValueError(f"headroom must be below the cache in whole blocks "
+                         f"({M // block_size * block_size} tokens), got {headroom!r}")
+    total = sum(ps)
+    survival = [sum(ps[k:]) / total for k in range(len(ps))]
+    # KV vp + d over the segment's positions d: from vp (the prefill) or vp + l_{k-1} + 1
+    starts = [vp - 1] + [vp + x for x in ls[:-1]]
+    areas = [block_size * (_ceil_sum(vp + x, block_size) - _ceil_sum(a, block_size))
+             for a, x in zip(starts, ls)]
+    mean_g = sum(P * area for P, area in zip(survival, areas))
+    return [max(1, math.floor(usable * P / mean_g)) for P in survival]
 
 
 def lambda_wait(types: Sequence[RequestType], n: Sequence[int],
