@@ -9,6 +9,7 @@ import pytest
 
 import llmqueue as q
 from llmqueue.engine import tokens as tokens_module
+from llmqueue.engine.recorder import Recorder
 from llmqueue.policies.builtin import ClassPriority, make_policy
 from llmqueue.theory.slo import SLO, attainment
 
@@ -174,8 +175,8 @@ def test_histogram_quantiles_within_one_bin_of_the_exact_ones(monkeypatch):
 
 def test_warmup_forgets_earlier_gaps():
     w = q.renewal(0.4675, 290, 990)
-    whole = q.simulate(w, "vllm", horizon=150.0)
-    later = q.simulate(w, "vllm", horizon=150.0, warmup=75.0)
+    whole = q.simulate(w, "vllm", horizon=150.0, requests=True)
+    later = q.simulate(w, "vllm", horizon=150.0, warmup=75.0, requests=True)
     assert 0 < later.gaps.count < whole.gaps.count
     assert len(later.sched_delay) == len(later.ttft) < len(whole.sched_delay)
 
@@ -183,14 +184,28 @@ def test_warmup_forgets_earlier_gaps():
 def test_no_more_than_a_few_gap_maxima_are_kept():
     # memory of the gap structure does not grow with the iterations
     from llmqueue.engine.processes import Engine
-    from llmqueue.engine.recorder import Recorder
     from llmqueue.engine.simulate import feed
     import simpy
     for name in ("sarathi", "orca", "vllm"):
         env = simpy.Environment()
-        engine = Engine(env, make_policy(name), bmax=128, recorder=Recorder(128), until=10**12)
+        engine = Engine(env, make_policy(name), bmax=128, recorder=Recorder(128, tokens=True),
+                        until=10**12)
         env.process(feed(env, engine, q.renewal(0.4675, 290, 990), 10**12))
         env.run(until=3 * 10**11)
         times = engine.recorder.tokens
         assert len(times._gap) < 100 and len(times.counts) <= tokens_module.FLUSH
         assert len(times.records) <= 100  # the residents only
+
+
+def test_token_timing_is_kept_with_the_request_log_only():
+    # a few microseconds per request: runs without a request log do not pay them
+    w = q.renewal(0.4675, 290, 990)
+    plain = q.simulate(w, "sarathi", horizon=60.0)
+    kept = q.simulate(w, "sarathi", horizon=60.0, requests=True)
+    assert plain.gaps is None and plain.token_times is None and len(plain.tbt_max) == 0
+    assert all(plain.summary[k] is None for k in ("tbt_p50", "tbt_p99", "sched_delay_p50"))
+    assert kept.summary["tbt_p50"] == pytest.approx(q.Staircase().tokens_time(128))
+    # everything else is the same run
+    same = {k: v for k, v in plain.summary.items() if not k.startswith(("tbt", "sched"))}
+    assert same == {k: v for k, v in kept.summary.items() if not k.startswith(("tbt", "sched"))}
+    assert Recorder(8, tokens=True).tokens is not None and Recorder(8).tokens is None

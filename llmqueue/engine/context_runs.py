@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - the engine imports this module
     from llmqueue.engine.processes import Engine
 
 #: Runs of at least this many iterations have their ticks counted in numpy.
-VECTOR = 32
+VECTOR = 16
 
 
 def context_run(engine: "Engine", plan: Plan, decode: int, prefill: int, requests: int
@@ -57,10 +57,12 @@ def context_run(engine: "Engine", plan: Plan, decode: int, prefill: int, request
         times = [first]
         at = now + first
         for x in seconds[1:]:
-            t = to_ticks(x)
+            t = to_ticks(x) if not 0 < x < MAX_SECONDS else round(x * TICKS_PER_SECOND)
             if at >= nxt or at + t >= until:
                 break
-            times.append(engine._positive(t, decode, prefill))
+            if t <= 0:
+                engine._positive(t, decode, prefill)
+            times.append(t)
             at += t
         return times
     rest = np.asarray(seconds[1:], dtype=float)

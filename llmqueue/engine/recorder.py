@@ -14,7 +14,9 @@ iterations of a run hold the same requests but last different times
 
 Each request's scheduling delay and largest inter-token gap, and the histogram
 of every gap, come from :class:`~llmqueue.engine.tokens.TokenTimes`
-(:attr:`Recorder.tokens`), which the residents tell of every token.
+(:attr:`Recorder.tokens`), which the residents tell of every token.  That costs
+a few microseconds per request, so it is kept with the request log (or when
+asked with ``tokens=True``); without it those figures are ``None``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Recorder:
     """Running figures of one engine."""
 
     def __init__(self, bmax: int, batches: bool = False, requests: bool = False,
-                 timeseries: bool = False) -> None:
+                 timeseries: bool = False, tokens: Optional[bool] = None) -> None:
         self.bmax = bmax
         self.arrivals = 0
         self.completed = 0
@@ -84,10 +86,11 @@ class Recorder:
         """Largest inter-token gap (s) of each finished request with vd > 1."""
         self.sched_delay = array("d")
         """Scheduling delay (s) of each finished request."""
-        self.tokens = TokenTimes()
-        """Token timing: scheduling delays, gaps (the engine shares it with its residents)."""
+        self.tokens = TokenTimes() if (requests if tokens is None else tokens) else None
+        """Token timing: scheduling delays, gaps (shared with the engine's residents;
+        None unless the request log is kept or ``tokens`` is true)."""
         self.latencies: Optional[Dict[Request, Tuple[Optional[int], Optional[int]]]] = \
-            {} if requests else None
+            {} if requests and self.tokens is not None else None
         """``(first scheduled, tbt_max)`` ticks of each finished request, when kept."""
         self.batch_log: Optional[List[Batch]] = [] if batches else None
         self.request_log: Optional[List[Request]] = [] if requests else None
@@ -151,9 +154,10 @@ class Recorder:
         scheduled now (a request without prompt: at its first decode, when
         the iteration is applied)."""
         tokens = self.tokens
-        for r, _ in plan.prefill:
-            if r.prefill_left == r.vp:
-                tokens.schedule(r, start)
+        if tokens is not None:
+            for r, _ in plan.prefill:
+                if r.prefill_left == r.vp:
+                    tokens.schedule(r, start)
         self._run = _Run(start, t, k, decode, prefill, requests, demand)
         if times is not None:
             ends, at = [], start
@@ -266,13 +270,14 @@ class Recorder:
         self.e2e.append(to_seconds(done - r.arrival))
         if r.vd > 1:
             self.tpot.append(to_seconds(done - first) / (r.vd - 1))
-        scheduled, gap = self.tokens.finish(r)
-        if scheduled is not None:
-            self.sched_delay.append(to_seconds(scheduled - r.arrival))
-        if r.vd > 1:
-            self.tbt.append(to_seconds(gap))
-        if self.latencies is not None:
-            self.latencies[r] = (scheduled, gap if r.vd > 1 else None)
+        if self.tokens is not None:
+            scheduled, gap = self.tokens.finish(r)
+            if scheduled is not None:
+                self.sched_delay.append(to_seconds(scheduled - r.arrival))
+            if r.vd > 1:
+                self.tbt.append(to_seconds(gap))
+            if self.latencies is not None:
+                self.latencies[r] = (scheduled, gap if r.vd > 1 else None)
         if self.request_log is not None:
             self.request_log.append(r)
         self._mark(now)
@@ -298,7 +303,8 @@ class Recorder:
         self.wc_violations = 0
         self.ttft, self.tpot, self.e2e = array("d"), array("d"), array("d")
         self.tbt, self.sched_delay = array("d"), array("d")
-        self.tokens.restart()
+        if self.tokens is not None:
+            self.tokens.restart()
         if self.memory is not None:
             self.memory.restart(now)
 
@@ -321,7 +327,8 @@ class Recorder:
         slope, slope_se = edge_slope([t for t, _ in self.windows],
                                      [b for _, b in self.windows])
         tpot = percentiles(self.tpot)
-        tbt = tuple(self.tokens.quantile(q / 100) for q in QUANTILES)
+        tokens = self.tokens
+        tbt = tuple(None if tokens is None else tokens.quantile(q / 100) for q in QUANTILES)
         sched = percentiles(self.sched_delay)
         return Summary.of_run(**{
             "arrivals": self.arrivals,
