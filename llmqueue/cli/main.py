@@ -216,6 +216,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
     from llmqueue.experiments.base import engine_kwargs, memory_capacity
     from llmqueue.experiments.single import arrival_rate
+    from llmqueue.experiments.traffic import mean_sizes
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
     from llmqueue.theory.stability import predict
@@ -224,8 +225,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
                          "(an unlimited budget has no full batch)")
     latency = engine_kwargs(p)["latency"]
-    vp = validation.nonnegative_int("vp", p["vp"])
-    vd = validation.positive_int("vd", p["vd"])
+    vp, vd = mean_sizes(p)
     bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
     rate = arrival_rate(p)
     names = [p["scheduler"]] if args.scheduler else policy_names()
@@ -243,12 +243,12 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "load": theory.load(rate, bmax, vp, vd, latency),
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
            "params": p, "verdicts": verdicts}
-    doc.update(memory_capacity(p, vp, vd, latency))
+    doc.update(memory_capacity(p, p["vp"], p["vd"], latency))
     if args.json:
         print(strict_json(doc))
         return
     print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
-          f"workload: {rate:.4g} req/s x ({vp} + {vd}) tokens = "
+          f"workload: {rate:.4g} req/s x ({p['vp']} + {p['vd']}) tokens = "
           f"{rate * (vp + vd):.1f} tokens/s offered\n"
           f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
           f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"

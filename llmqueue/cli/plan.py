@@ -2,12 +2,13 @@
 SLO, and with ``--engines-for RATE`` the fewest engines for a rate.
 
 The engine and workload are ``--set`` parameters of ``run single``
-(``scheduler``, ``bmax``, ``kmax``, ``chunked``, the staircase's ``c``, ``a``,
-``b0``), with ``vp``/``vd`` as size laws (``N``, ``uniform:LO:HI``,
-``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``),
-``arrival=poisson|gamma:CV``, and ``latency=roofline`` with ``gpu``,
-``model``, ``tp``, ``efficiency``.  An SLO infeasible at zero load is a
-statement, not an error (exit 0).
+(``scheduler``, ``bmax``, ``kmax``, ``chunked``, the latency keys
+``latency=staircase|step|roofline`` with ``c``, ``a``, ``b0`` or ``gpu``,
+``model``, ``tp``, ``efficiency``, and ``vp``/``vd`` as size laws: ``N``,
+``uniform:LO:HI``, ``geometric:MEAN``, ``lognormal:MEAN:CV``,
+``empirical:FILE``), read as ``run single`` reads them, with
+``arrival=poisson|gamma:CV`` (Poisson by default).  An SLO infeasible at zero
+load is a statement, not an error (exit 0).
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
 from llmqueue.common import files
 from llmqueue.experiments.base import engine_kwargs
+from llmqueue.experiments.traffic import size_law
 from llmqueue.network.routers import router_names
 from llmqueue.planning.engines import plan_engines
 from llmqueue.planning.plan import PlanResult, plan
-from llmqueue.planning.spec import EngineSpec, Traffic, parse_arrival, parse_size
+from llmqueue.planning.spec import EngineSpec, Traffic, arrival_cv
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.theory.slo import SLO
 
-#: Keys the plan reads itself (the rest go to `run single`'s parameters).
-OWN = ("vp", "vd", "arrival", "latency", "gpu", "model", "tp", "efficiency")
+#: Keys of `run single` a plan does not take: it searches the rate and draws its
+#: own requests, and it has no KV cache yet.
+REFUSED = ("rate", "gap", "initial", "kv")
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> None:
@@ -67,26 +70,16 @@ def configure(pairs: List[str]) -> tuple:
         if not sep or not key.strip():
             raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
         values[key.strip()] = value.strip()
-    for key in ("rate", "gap"):
+    for key in REFUSED:
         if key in values:
-            raise ValueError(f"{key} cannot be set for plan: the plan searches the rate")
-    own = {k: values.pop(k) for k in OWN if k in values}
+            why = "it has no KV cache yet" if key == "kv" else \
+                "the plan searches the rate and draws its own requests"
+            raise ValueError(f"{key} cannot be set for plan: {why}")
+    arrival = values.pop("arrival", "poisson")
     p = experiments.REGISTRY["single"].resolve(values)
     kw = engine_kwargs(p)
-    latency = kw["latency"]
-    kind = own.get("latency", "staircase")
-    if kind == "roofline":
-        from llmqueue.hardware.roofline import Roofline
-        if "gpu" not in own or "model" not in own:
-            raise ValueError("latency=roofline needs gpu=NAME and model=NAME")
-        latency = Roofline(own["gpu"], own["model"], tp=int(own.get("tp", "1")),
-                           efficiency=own.get("efficiency", "default"))
-    elif kind != "staircase":
-        raise ValueError(f"latency must be staircase or roofline, got {kind!r}")
-    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], latency, kw["chunked"])
-    traffic = Traffic(parse_size("vp", own.get("vp", str(p["vp"]))),
-                      parse_size("vd", own.get("vd", str(p["vd"]))),
-                      parse_arrival(own.get("arrival", "poisson")))
+    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], kw["latency"], kw["chunked"])
+    traffic = Traffic(size_law("vp", p["vp"]), size_law("vd", p["vd"]), arrival_cv(arrival))
     return engine, traffic
 
 
