@@ -35,7 +35,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from llmqueue.common import validation
+from llmqueue.common import files, validation
 
 
 class SizeLaw:
@@ -372,7 +372,7 @@ def parse_size(name: str, text: object) -> SizeLaw:
         if kind == "lognormal" and len(parts) == 2:
             return LogNormal(float(parts[0]), float(parts[1]))
         if kind == "empirical" and rest:
-            with open(rest) as handle:
+            with files.open_text_input(rest, name) as handle:
                 return Empirical([int(line) for line in handle if line.strip()])
     except (ValueError, OSError) as exc:
         raise ValueError(f"{name} {text!r}: {' '.join(str(exc).split())} (allowed: "
