@@ -8,7 +8,7 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
@@ -258,11 +258,35 @@ def cmd_capacity(args: argparse.Namespace) -> None:
           f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
           f"{doc['fluid_slope']:.1f} tokens/s\n")
     if "mu_mem" in doc:
-        print(f"KV memory       mu_mem = {doc['mu_mem']:.4g} req/s; joint capacity "
-              f"{doc['lambda_joint']:.4g} req/s, bound by {doc['binding']}\n")
+        print(memory_lines(doc) + "\n")
     print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
                   "predicted": v["predicted"]} for n, v in verdicts.items()],
                 [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+
+
+def memory_lines(doc: Dict[str, Any]) -> str:
+    """``llmqueue capacity``'s memory block (SPEC 7.6): the figures of
+    :func:`~llmqueue.experiments.base.memory_capacity` with their formulas."""
+    lines = [f"KV cache        M = {doc['kv_capacity']:,} tokens; E[g] = {doc['kv_area']:,.0f} "
+             f"token-iterations per request; b* = M E[vp+vd] / E[g] = {doc['b_star']:.1f} "
+             "tokens per iteration",
+             f"mu_mem          M / (t(b*) E[g]) = {doc['mu_mem']:.4g} req/s"]
+    if doc.get("delta") is not None:
+        lines.append(f"stable side     mu_mem (1 - delta) = {doc['mu_mem_stable']:.4g} req/s "
+                     f"(delta = (vp + vd) / M = {doc['delta']:.4f})")
+    if doc.get("lambda_kmax") is not None:
+        lines.append(f"slots           lambda_kmax = {doc['lambda_kmax']:.4g} req/s")
+    if doc.get("lambda_joint") is not None:
+        lines.append(f"joint capacity  {doc['lambda_joint']:.4g} req/s: {doc['binding']} binds")
+    else:
+        lines.append(f"joint capacity  {doc['mu_mem']:.4g} req/s: memory binds (no budget)")
+    if doc.get("wait_n") is not None:
+        fits = doc["wait_kv"] <= doc["kv_capacity"]
+        lines.append(f"WAIT            quota n = {doc['wait_n']}, steady KV n g = "
+                     f"{doc['wait_kv']:,.0f} tokens: "
+                     + (f"lambda_WAIT = {doc['lambda_wait']:.4g} req/s" if fits else
+                        "more than M, so WAIT would preempt (threshold_error): no quota fits"))
+    return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

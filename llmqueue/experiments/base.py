@@ -224,8 +224,11 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
 
 def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                     vd: Union[SizeValue, SizeLaw], latency: Any) -> Dict[str, Any]:
-    """``mu_mem``, ``lambda_joint`` and ``binding`` (SPEC 7.6, 9) and the cache's
-    ``kv_capacity`` (tokens) for requests of sizes ``vp`` and ``vd`` (fixed
+    """``mu_mem``, ``lambda_joint``, ``binding`` (SPEC 7.6, 9), the cache's
+    ``kv_capacity`` (tokens), ``kv_area`` (E[g]), ``b_star``, ``lambda_kmax``
+    (with kmax) and, for fixed sizes, ``delta``, ``mu_mem_stable``
+    (``mu_mem (1 - delta)``), WAIT's quota ``wait_n``, its steady KV ``wait_kv``
+    and ``lambda_wait``, for requests of sizes ``vp`` and ``vd`` (fixed
     counts or size laws) on the engine of ``p``, when it has a KV cache (else
     ``{}``): chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else
     whole prompts; no budget counts as whole prompts and an unbounded compute.
@@ -241,14 +244,27 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     chunk = bmax if p["chunked"] and bmax is not None and mean_p > 0 else None
     g = memory.law_kv_area(prefill, decode, chunk)
     iterations = (mean_chunks(prefill, chunk) if chunk else 1) + mean_d
-    figures: Dict[str, Any] = {"kv_capacity": kv.tokens}
+    b_mem = memory.b_star(kv.tokens, mean_p + mean_d, g)
+    figures: Dict[str, Any] = {"kv_capacity": kv.tokens, "kv_area": g, "b_star": b_mem}
+    if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
+        share = memory.delta(vp + vd, kv.tokens)
+        n = memory.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+                                   block_size=kv.block_size)
+        whole = (memory.kv_area(vp, vd) if kv.block_size == 1
+                 else memory.kv_area_blocks(vp, vd, kv.block_size))
+        figures.update(delta=share, wait_n=n[0], wait_kv=n[0] * whole,
+                       lambda_wait=memory.lambda_wait([(vp, vd, 1)], n, latency))
     if bmax is None:
-        return {**figures, "mu_mem": memory.mu_mem(kv.tokens, g, memory.envelope_time(
-            latency, memory.b_star(kv.tokens, mean_p + mean_d, g))), "binding": "memory"}
-    joint = memory.lambda_joint(kv.tokens, mean_p, mean_d, g, bmax, latency, kmax=p["kmax"],
-                                mean_iterations=iterations)
-    return {**figures, "mu_mem": joint.memory, "lambda_joint": joint.rate,
-            "binding": joint.binding}
+        figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(latency, b_mem)),
+                       binding="memory")
+    else:
+        joint = memory.lambda_joint(kv.tokens, mean_p, mean_d, g, bmax, latency,
+                                    kmax=p["kmax"], mean_iterations=iterations)
+        figures.update(mu_mem=joint.memory, lambda_joint=joint.rate, binding=joint.binding,
+                       lambda_kmax=joint.slots)
+    if "delta" in figures:
+        figures["mu_mem_stable"] = figures["mu_mem"] * (1 - figures["delta"])
+    return figures
 
 
 def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],
