@@ -99,3 +99,24 @@ def test_logs_carry_the_kv_columns(tmp_path, capsys):
                            "new_starts"]
     header = next(csv.reader(open(requests)))
     assert header[-4:] == ["ignored", "preemptions", "recomputed_tokens", "memory_area"]
+
+
+def test_capacity_prints_spec_7_8_3_closed_forms(capsys):
+    """SPEC 7.8.3: (20, 200) tokens, M = 100,000, t = 0.02 + 2e-5 b: g = 24,120,
+    b* = 912.1, mu_mem = lambda_joint = 108.41 (memory binds), WAIT(4) with KV
+    at 96,480 and lambda_WAIT = 106.38 req/s."""
+    from llmqueue.cli.main import main
+    argv = ["capacity", "--json", "--set", "kv=100000", "--set", "vp=20", "--set", "vd=200",
+            "--set", "c=0.02", "--set", "a=2e-5", "--set", "b0=1", "--set", "bmax=1000000",
+            "--set", "kmax=none", "--set", "chunked=false"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kv_area"] == 24_120 and doc["b_star"] == pytest.approx(912.1, abs=0.05)
+    assert doc["mu_mem"] == pytest.approx(108.41, abs=0.005)
+    assert doc["lambda_joint"] == doc["mu_mem"] and doc["binding"] == "memory"
+    assert doc["wait_n"] == 4 and doc["wait_kv"] == 96_480
+    assert doc["lambda_wait"] == pytest.approx(106.38, abs=0.005)
+    assert doc["delta"] == pytest.approx(220 / 100_000)
+    assert main(argv[1:1] + ["capacity"] + argv[2:]) == 0
+    text = capsys.readouterr().out
+    assert "memory binds" in text and "lambda_WAIT = 106.4" in text

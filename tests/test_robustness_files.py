@@ -331,3 +331,13 @@ def test_a_sweep_from_the_api_takes_the_lock_too(tmp_path):
     finally:
         os.close(fd)
     assert not out.exists()
+
+
+def test_an_empirical_size_file_that_is_a_fifo_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "sizes"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "run", "single", "--set",
+                           f"vd=empirical:{fifo}", "--horizon", "5"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "FIFO" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -8,7 +8,7 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli import latency as latency_cli
@@ -216,6 +216,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
     from llmqueue.experiments.base import engine_kwargs, memory_capacity
     from llmqueue.experiments.single import arrival_rate
+    from llmqueue.experiments.traffic import mean_sizes
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
     from llmqueue.theory.stability import predict
@@ -224,8 +225,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
                          "(an unlimited budget has no full batch)")
     latency = engine_kwargs(p)["latency"]
-    vp = validation.nonnegative_int("vp", p["vp"])
-    vd = validation.positive_int("vd", p["vd"])
+    vp, vd = mean_sizes(p)
     bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
     rate = arrival_rate(p)
     names = [p["scheduler"]] if args.scheduler else policy_names()
@@ -243,12 +243,12 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "load": theory.load(rate, bmax, vp, vd, latency),
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
            "params": p, "verdicts": verdicts}
-    doc.update(memory_capacity(p, vp, vd, latency))
+    doc.update(memory_capacity(p, p["vp"], p["vd"], latency))
     if args.json:
         print(strict_json(doc))
         return
     print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
-          f"workload: {rate:.4g} req/s x ({vp} + {vd}) tokens = "
+          f"workload: {rate:.4g} req/s x ({p['vp']} + {p['vd']}) tokens = "
           f"{rate * (vp + vd):.1f} tokens/s offered\n"
           f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
           f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
@@ -258,11 +258,35 @@ def cmd_capacity(args: argparse.Namespace) -> None:
           f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
           f"{doc['fluid_slope']:.1f} tokens/s\n")
     if "mu_mem" in doc:
-        print(f"KV memory       mu_mem = {doc['mu_mem']:.4g} req/s; joint capacity "
-              f"{doc['lambda_joint']:.4g} req/s, bound by {doc['binding']}\n")
+        print(memory_lines(doc) + "\n")
     print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
                   "predicted": v["predicted"]} for n, v in verdicts.items()],
                 [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+
+
+def memory_lines(doc: Dict[str, Any]) -> str:
+    """``llmqueue capacity``'s memory block (SPEC 7.6): the figures of
+    :func:`~llmqueue.experiments.base.memory_capacity` with their formulas."""
+    lines = [f"KV cache        M = {doc['kv_capacity']:,} tokens; E[g] = {doc['kv_area']:,.0f} "
+             f"token-iterations per request; b* = M E[vp+vd] / E[g] = {doc['b_star']:.1f} "
+             "tokens per iteration",
+             f"mu_mem          M / (t(b*) E[g]) = {doc['mu_mem']:.4g} req/s"]
+    if doc.get("delta") is not None:
+        lines.append(f"stable side     mu_mem (1 - delta) = {doc['mu_mem_stable']:.4g} req/s "
+                     f"(delta = (vp + vd) / M = {doc['delta']:.4f})")
+    if doc.get("lambda_kmax") is not None:
+        lines.append(f"slots           lambda_kmax = {doc['lambda_kmax']:.4g} req/s")
+    if doc.get("lambda_joint") is not None:
+        lines.append(f"joint capacity  {doc['lambda_joint']:.4g} req/s: {doc['binding']} binds")
+    else:
+        lines.append(f"joint capacity  {doc['mu_mem']:.4g} req/s: memory binds (no budget)")
+    if doc.get("wait_n") is not None:
+        fits = doc["wait_kv"] <= doc["kv_capacity"]
+        lines.append(f"WAIT            quota n = {doc['wait_n']}, steady KV n g = "
+                     f"{doc['wait_kv']:,.0f} tokens: "
+                     + (f"lambda_WAIT = {doc['lambda_wait']:.4g} req/s" if fits else
+                        "more than M, so WAIT would preempt (threshold_error): no quota fits"))
+    return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

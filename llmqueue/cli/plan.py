@@ -2,22 +2,21 @@
 SLO, and with ``--engines-for RATE`` the fewest engines for a rate.
 
 The engine and workload are ``--set`` parameters of ``run single``
-(``scheduler``, ``bmax``, ``kmax``, ``chunked``, the staircase's ``c``, ``a``,
-``b0``), with ``vp``/``vd`` as size laws (``N``, ``uniform:LO:HI``,
-``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``),
-``arrival=poisson|gamma:CV``, ``latency=roofline`` with ``gpu``,
-``model``, ``tp``, ``efficiency``, and the KV cache keys of ``run single``
-(``kv=TOKENS``, or ``kv=auto`` for the named GPU and model's capacity, SPEC
-8.4), which add the memory bound ``lambda_kv``.  ``--tbt`` gates each
-request's largest inter-token gap.  An SLO infeasible at zero load is a
-statement, not an error (exit 0).
+(``scheduler``, ``bmax``, ``kmax``, ``chunked``, the latency keys
+``latency=staircase|step|roofline`` with ``c``, ``a``, ``b0`` or ``gpu``,
+``model``, ``tp``, ``efficiency``, and ``vp``/``vd`` as size laws: ``N``,
+``uniform:LO:HI``, ``geometric:MEAN``, ``lognormal:MEAN:CV``,
+``empirical:FILE``), read as ``run single`` reads them, with
+``arrival=poisson|gamma:CV`` (Poisson by default), and the KV cache keys
+(``kv=TOKENS|auto``, ...), which add the memory bound ``lambda_kv``.  ``--tbt``
+gates each request's largest inter-token gap.  An SLO infeasible at zero load
+is a statement, not an error (exit 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import math
 from typing import Any, Dict, List, Optional
 
@@ -25,15 +24,17 @@ from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
 from llmqueue.common import files
 from llmqueue.experiments.base import engine_kwargs
+from llmqueue.experiments.traffic import size_law
 from llmqueue.network.routers import router_names
 from llmqueue.planning.engines import plan_engines
 from llmqueue.planning.plan import PlanResult, plan
-from llmqueue.planning.spec import EngineSpec, Traffic, parse_arrival, parse_size
+from llmqueue.planning.spec import EngineSpec, Traffic, arrival_cv
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.theory.slo import SLO
 
-#: Keys the plan reads itself (the rest go to `run single`'s parameters).
-OWN = ("vp", "vd", "arrival", "latency", "gpu", "model", "tp", "efficiency")
+#: Keys of `run single` a plan does not take: it searches the rate and draws its
+#: own requests.
+REFUSED = ("rate", "gap", "initial")
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> None:
@@ -71,36 +72,16 @@ def configure(pairs: List[str]) -> tuple:
         if not sep or not key.strip():
             raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
         values[key.strip()] = value.strip()
-    for key in ("rate", "gap"):
+    for key in REFUSED:
         if key in values:
-            raise ValueError(f"{key} cannot be set for plan: the plan searches the rate")
-    own = {k: values.pop(k) for k in OWN if k in values}
-    auto = values.get("kv") == "auto"
-    if auto:
-        values["kv"] = str(2**40)  # a stand-in, resolved once the GPU and model are known
+            raise ValueError(f"{key} cannot be set for plan: the plan searches the rate "
+                             "and draws its own requests")
+    arrival = values.pop("arrival", "poisson")
     p = experiments.REGISTRY["single"].resolve(values)
     kw = engine_kwargs(p)
-    latency = kw["latency"]
-    kind = own.get("latency", "staircase")
-    if kind == "roofline":
-        from llmqueue.hardware.roofline import Roofline
-        if "gpu" not in own or "model" not in own:
-            raise ValueError("latency=roofline needs gpu=NAME and model=NAME")
-        latency = Roofline(own["gpu"], own["model"], tp=int(own.get("tp", "1")),
-                           efficiency=own.get("efficiency", "default"))
-    elif kind != "staircase":
-        raise ValueError(f"latency must be staircase or roofline, got {kind!r}")
-    kv = kw["kv"]
-    if auto:
-        capacity = getattr(latency, "kv_capacity", None)
-        if capacity is None:
-            raise ValueError("kv=auto needs latency=roofline with gpu=NAME and model=NAME "
-                             "(the capacity of SPEC 8.4); otherwise give kv=TOKENS")
-        kv = dataclasses.replace(kv, capacity_tokens=int(capacity))
-    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], latency, kw["chunked"], kv)
-    traffic = Traffic(parse_size("vp", own.get("vp", str(p["vp"]))),
-                      parse_size("vd", own.get("vd", str(p["vd"]))),
-                      parse_arrival(own.get("arrival", "poisson")))
+    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], kw["latency"], kw["chunked"],
+                        kw["kv"])
+    traffic = Traffic(size_law("vp", p["vp"]), size_law("vd", p["vd"]), arrival_cv(arrival))
     return engine, traffic
 
 

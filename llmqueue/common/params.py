@@ -3,18 +3,21 @@
 A :class:`Param` knows its type, default, meaning, allowed choices and
 bounds, and turns text into a checked value or raises ``ValueError`` naming
 the parameter and what is allowed.  Experiments declare theirs with it; the
-CLI, sweeps and ``--help`` read them.
+CLI, sweeps and ``--help`` read them.  A ``custom`` parameter reads its text
+with its own ``reader`` (size laws, arrival laws: forms this layer does not
+know) and says what it accepts in ``forms``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 #: What each kind of parameter accepts, for error messages and help.
 KINDS = {"int": "an integer", "int-or-none": "an integer or none", "float": "a number",
-         "float-or-none": "a number or none", "bool": "true or false", "str": "text"}
+         "float-or-none": "a number or none", "bool": "true or false", "str": "text",
+         "custom": "what its reader accepts"}
 
 
 @dataclass(frozen=True)
@@ -36,13 +39,25 @@ class Param:
     quiet_default: bool = False
     """Left out of sweep run seeds while at its default: a parameter added to an
     experiment later keeps the seeds (and numbers) of the runs that do not set it."""
+    reader: Optional[Callable[[str, str], object]] = None
+    """``reader(name, text)`` of a ``custom`` parameter: the value, or a one-line
+    ``ValueError`` naming ``name`` and the allowed forms.  Its values must give
+    their text back with ``str()`` (sweeps read grid values again)."""
+    forms: str = ""
+    """What a ``custom`` parameter accepts, in words (for help and messages)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {self.kind!r}")
+        if (self.kind == "custom") != (self.reader is not None) or \
+                (self.kind == "custom" and not self.forms):
+            raise ValueError("a custom parameter needs a reader and forms, and only a "
+                             f"custom one takes a reader; got kind {self.kind!r}")
 
     def parse(self, name: str, text: str) -> object:
         """Read ``text`` as this parameter's value, or raise ``ValueError``."""
+        if self.reader is not None:
+            return self.reader(name, text)
         if self.kind.endswith("-or-none") and text.strip().lower() == "none":
             return None
         try:
@@ -76,6 +91,8 @@ class Param:
 
     def describe(self) -> str:
         """What this parameter accepts, in words (``an integer >= 1 or none``)."""
+        if self.kind == "custom":
+            return self.forms
         kind = KINDS[self.kind]
         base, _, none = kind.partition(" or ")
         bounds = []

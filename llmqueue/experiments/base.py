@@ -6,15 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence,
-                    Tuple)
+                    Tuple, Union)
 
 from llmqueue.common.params import Param
-from llmqueue.common.units import ceil_div
 from llmqueue.engine.kv import ADMISSIONS, KV, RESTARTS
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
-from llmqueue.models.latency import Staircase
+from llmqueue.experiments.traffic import SizeValue, mean_sizes, size_law
+from llmqueue.hardware.latency import LATENCIES, latency_model
+from llmqueue.hardware.memory import kv_capacity
+from llmqueue.hardware.specs import gpu as find_gpu
+from llmqueue.hardware.specs import model as find_model
+from llmqueue.models.latency import LatencyModel
+from llmqueue.models.sizes import SizeLaw, mean_chunks
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
 from llmqueue.theory import memory
@@ -39,13 +44,70 @@ ENGINE_PARAMS: Dict[str, Param] = {
     "bmax": Param("int-or-none", 128, "token budget per iteration (none: unlimited)", low=1),
     "kmax": Param("int-or-none", 100, "most resident requests (none: unlimited)", low=1),
     "chunked": Param("bool", True, "split prompts across iterations"),
-    "c": Param("float", 0.01128, "staircase constant time per batch (s)"),
-    "a": Param("float", 0.03547, "staircase time per step of b0 tokens (s)"),
+    "c": Param("float", 0.01128, "staircase constant time per batch (s)", low=0.0),
+    "a": Param("float", 0.03547, "staircase time per step of b0 tokens (s; 0 with c > 0: "
+               "a constant time)", low=0.0),
     "b0": Param("int", 128, "staircase step width (tokens)", low=1),
 }
+
+
+def read_gpu(name: str, text: str) -> Optional[str]:
+    """The ``gpu`` key: ``none`` (or nothing) is ``None``; a name
+    :func:`~llmqueue.hardware.specs.gpu` knows is itself; any other is a
+    ValueError listing the known names."""
+    return _known(find_gpu, text)
+
+
+def read_model(name: str, text: str) -> Optional[str]:
+    """The ``model`` key, as :func:`read_gpu` (names of
+    :func:`~llmqueue.hardware.specs.model`)."""
+    return _known(find_model, text)
+
+
+def _known(lookup: Callable[[str], object], text: str) -> Optional[str]:
+    value = str(text).strip()
+    if value.lower() in ("", "none"):
+        return None
+    lookup(value)  # its message names the key and lists the known names
+    return value
+
+
+#: The latency keys of SPEC 9 beside the staircase's c, a, b0 (quiet at their defaults).
+LATENCY_PARAMS: Dict[str, Param] = {
+    "latency": Param("str", "staircase", "batch-time model (step: SPEC 4's step model; "
+                     "roofline: SPEC 8.3's, needs gpu and model)", LATENCIES),
+    "gpu": Param("custom", None, "GPU, for latency=roofline or kv=auto",
+                 reader=read_gpu, forms="a GPU name (e.g. A100-80GB) or none"),
+    "model": Param("custom", None, "model, for latency=roofline or kv=auto",
+                   reader=read_model,
+                   forms="a model name (e.g. codellama-34b) or none"),
+    "tp": Param("int", 1, "GPUs per engine (tensor parallel), for roofline and kv=auto", low=1),
+    "efficiency": Param("str", "default", "roofline efficiency preset", ("default", "ideal")),
+}
+LATENCY_PARAMS = {name: replace(p, quiet_default=True) for name, p in LATENCY_PARAMS.items()}
+ENGINE_PARAMS.update(LATENCY_PARAMS)
+
+
+def read_kv(name: str, text: str) -> Union[int, str, None]:
+    """The ``kv`` key: tokens (an integer >= 1), ``auto`` or ``none``."""
+    value = str(text).strip().lower()
+    if value in ("none", "auto"):
+        return None if value == "none" else value
+    try:
+        tokens = int(value.replace("_", ""))
+    except ValueError:
+        tokens = 0
+    if tokens < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (tokens), auto (SPEC 8.4's capacity "
+                         f"for gpu and model) or none; got {text!r}")
+    return tokens
+
+
 #: The KV-cache keys (SPEC 9), part of every single-engine experiment's parameters.
 MEMORY_PARAMS: Dict[str, Param] = {
-    "kv": Param("int-or-none", None, "KV cache size in tokens (none: no memory limit)", low=1),
+    "kv": Param("custom", None, "KV cache size in tokens (auto: SPEC 8.4's capacity of model "
+                "on tp x gpu; none: no memory limit)", reader=read_kv,
+                forms="an integer >= 1, auto or none"),
     "kv_block": Param("int", 1, "KV block size (tokens)", low=1),
     "kv_admission": Param("str", "lazy", "when KV blocks are taken", ADMISSIONS),
     "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: needs kv_swap)",
@@ -89,7 +151,7 @@ def engine_kwargs(p: Mapping[str, Any]) -> Dict[str, Any]:
     """Keyword arguments of :func:`llmqueue.simulate` from engine parameters."""
     kv = kv_of(p)
     return {"policy": policy_of(p, kv), "bmax": p["bmax"], "kmax": p["kmax"],
-            "chunked": p["chunked"], "latency": Staircase(p["c"], p["a"], p["b0"]),
+            "chunked": p["chunked"], "latency": latency_of(p),
             "kv": kv}
 
 
@@ -110,10 +172,35 @@ def policy_of(p: Mapping[str, Any], kv: Optional[KV]) -> object:
     return Wait(n=n)
 
 
+def latency_of(p: Mapping[str, Any]) -> LatencyModel:
+    """The batch-time model the latency keys ask for
+    (:func:`~llmqueue.hardware.latency.latency_model`); keys that the chosen
+    model does not read, set away from their defaults, are an error."""
+    kind = p.get("latency", "staircase")
+    unused = [] if kind == "staircase" else \
+        [k for k in ("c", "a", "b0") if p.get(k, ENGINE_PARAMS[k].default) !=
+         ENGINE_PARAMS[k].default]
+    hardware = ("efficiency",) if p.get("kv") == "auto" else ("gpu", "model", "tp", "efficiency")
+    if kind != "roofline":
+        unused += [k for k in hardware if p.get(k, ENGINE_PARAMS[k].default) !=
+                   ENGINE_PARAMS[k].default]
+    if unused:
+        users = {"c": "latency=staircase", "a": "latency=staircase", "b0": "latency=staircase",
+                 "efficiency": "latency=roofline"}
+        need = sorted({users.get(k, "latency=roofline or kv=auto") for k in unused})
+        raise ValueError(f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read "
+                         f"with latency={kind}: {' / '.join(need)} reads it")
+    return latency_model(kind, c=p["c"], a=p["a"], b0=p["b0"], gpu=p.get("gpu"),
+                         model=p.get("model"), tp=p.get("tp", 1),
+                         efficiency=p.get("efficiency", "default"))
+
+
 def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
     """The :class:`~llmqueue.engine.kv.KV` the ``kv*`` parameters ask for
     (``None`` when ``kv`` is none or absent; other ``kv_*`` keys set away from
-    their defaults without ``kv`` are an error, never ignored)."""
+    their defaults without ``kv`` are an error, never ignored).  ``kv=auto`` is
+    SPEC 8.4's :func:`~llmqueue.hardware.memory.kv_capacity` of ``model`` on
+    ``tp`` GPUs ``gpu``."""
     if p.get("kv") is None:
         changed = [name for name, param in MEMORY_PARAMS.items()
                    if name != "kv" and p.get(name, param.default) != param.default]
@@ -122,32 +209,62 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
             raise ValueError(f"{', '.join(changed)} {verb} a KV cache: set kv=TOKENS too "
                              "(kv is none)")
         return None
-    return KV(capacity_tokens=p["kv"], block_size=p["kv_block"],
+    tokens = p["kv"]
+    if tokens == "auto":
+        if not p.get("gpu") or not p.get("model"):
+            raise ValueError("kv=auto needs gpu=NAME and model=NAME (SPEC 8.4's capacity of "
+                             "that model on tp GPUs); give them or kv=TOKENS")
+        tokens = kv_capacity(p["gpu"], p["model"], p.get("tp", 1))
+    return KV(capacity_tokens=tokens, block_size=p["kv_block"],
               admission=p["kv_admission"], preemption=p["kv_preemption"],
               restart=p["kv_restart"], watermark=p["kv_watermark"],
               swap_tokens=p.get("kv_swap"), swap_seconds_per_token=p.get("kv_swap_cost", 0.0),
               max_tokens=p.get("kv_max_tokens"))
 
 
-def memory_capacity(p: Mapping[str, Any], vp: int, vd: int, latency: Any
-                    ) -> Dict[str, Any]:
-    """``mu_mem``, ``lambda_joint`` and ``binding`` (SPEC 7.6, 9) for requests of
-    ``vp + vd`` tokens on the engine of ``p``, when it has a KV cache (else
+def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
+                    vd: Union[SizeValue, SizeLaw], latency: Any) -> Dict[str, Any]:
+    """``mu_mem``, ``lambda_joint``, ``binding`` (SPEC 7.6, 9), the cache's
+    ``kv_capacity`` (tokens), ``kv_area`` (E[g]), ``b_star``, ``lambda_kmax``
+    (with kmax) and, for fixed sizes, ``delta``, ``mu_mem_stable``
+    (``mu_mem (1 - delta)``), WAIT's quota ``wait_n``, its steady KV ``wait_kv``
+    and ``lambda_wait``, for requests of sizes ``vp`` and ``vd`` (fixed
+    counts or size laws) on the engine of ``p``, when it has a KV cache (else
     ``{}``): chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else
-    whole prompts; no budget counts as whole prompts and an unbounded compute."""
+    whole prompts; no budget counts as whole prompts and an unbounded compute.
+    ``E[g]`` is :func:`~llmqueue.theory.memory.law_kv_area` and the mean
+    iterations per request ``E[ceil(vp/bmax)] + E[vd]``
+    (:func:`~llmqueue.models.sizes.mean_chunks`)."""
     kv = kv_of(p)
     if kv is None:
         return {}
+    prefill, decode = size_law("vp", vp), size_law("vd", vd)
+    mean_p, mean_d = mean_sizes({"vp": prefill, "vd": decode})
     bmax = p["bmax"]
-    chunk = bmax if p["chunked"] and bmax is not None and vp > 0 else None
-    g = memory.kv_area(vp, vd, chunk)
-    iterations = (ceil_div(vp, chunk) if chunk else 1) + vd
+    chunk = bmax if p["chunked"] and bmax is not None and mean_p > 0 else None
+    g = memory.law_kv_area(prefill, decode, chunk)
+    iterations = (mean_chunks(prefill, chunk) if chunk else 1) + mean_d
+    b_mem = memory.b_star(kv.tokens, mean_p + mean_d, g)
+    figures: Dict[str, Any] = {"kv_capacity": kv.tokens, "kv_area": g, "b_star": b_mem}
+    if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
+        share = memory.delta(vp + vd, kv.tokens)
+        n = memory.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+                                   block_size=kv.block_size)
+        whole = (memory.kv_area(vp, vd) if kv.block_size == 1
+                 else memory.kv_area_blocks(vp, vd, kv.block_size))
+        figures.update(delta=share, wait_n=n[0], wait_kv=n[0] * whole,
+                       lambda_wait=memory.lambda_wait([(vp, vd, 1)], n, latency))
     if bmax is None:
-        return {"mu_mem": memory.mu_mem(kv.tokens, g, memory.envelope_time(
-            latency, memory.b_star(kv.tokens, vp + vd, g))), "binding": "memory"}
-    joint = memory.lambda_joint(kv.tokens, vp, vd, g, bmax, latency, kmax=p["kmax"],
-                                mean_iterations=iterations)
-    return {"mu_mem": joint.memory, "lambda_joint": joint.rate, "binding": joint.binding}
+        figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(latency, b_mem)),
+                       binding="memory")
+    else:
+        joint = memory.lambda_joint(kv.tokens, mean_p, mean_d, g, bmax, latency,
+                                    kmax=p["kmax"], mean_iterations=iterations)
+        figures.update(mu_mem=joint.memory, lambda_joint=joint.rate, binding=joint.binding,
+                       lambda_kmax=joint.slots)
+    if "delta" in figures:
+        figures["mu_mem_stable"] = figures["mu_mem"] * (1 - figures["delta"])
+    return figures
 
 
 def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],

@@ -11,7 +11,8 @@ FasterTransformer leave budget unused and their queues grow without bound.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import math
+from typing import Any, Dict, List, Tuple, Union
 
 from llmqueue.common import validation
 from llmqueue.engine.options import RunOptions
@@ -19,7 +20,8 @@ from llmqueue.experiments.base import (Experiment, Param, Rows, each_scheduler, 
                                        engine_params, register)
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.latency import tokens_time
-from llmqueue.models.sizes import Geometric
+from llmqueue.experiments.traffic import mean_sizes, read_size, size_law
+from llmqueue.models.sizes import SIZE_FORMS, Geometric, SizeLaw
 from llmqueue.models.workload import Workload, compose
 from llmqueue.theory import capacity as theory
 
@@ -29,6 +31,8 @@ BMAX = 512               # token budget
 LOAD = 0.95              # arrival rate as a fraction of lambda*
 HORIZON = 600.0          # seconds
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
+#: What ``vp`` and ``vd`` take here.
+MEAN_OR_LAW = f"a geometric mean (a number) or a size law: {SIZE_FORMS}"
 
 #: When each scheduler leaves budget unused, in words.
 WHY: Dict[str, str] = {
@@ -42,11 +46,41 @@ WHY: Dict[str, str] = {
 }
 
 
-def geometric_workload(rate: float, mean_prefill: float, mean_decode: float,
-                       seed: int = 0) -> Workload:
+def geometric_workload(rate: float, mean_prefill: Union[float, SizeLaw],
+                       mean_decode: Union[float, SizeLaw], seed: int = 0) -> Workload:
     """Poisson arrivals at ``rate`` per second with geometric prompt and output
-    lengths on {1, 2, ...} of the given means (:func:`~llmqueue.workload.compose`)."""
-    return compose(Poisson(rate), Geometric(mean_prefill), Geometric(mean_decode), seed=seed)
+    lengths on {1, 2, ...} of the given means (:func:`~llmqueue.workload.compose`);
+    a size law in place of a mean is used as it is."""
+    return compose(Poisson(rate), _law(mean_prefill), _law(mean_decode), seed=seed)
+
+
+def _law(size: Union[float, SizeLaw]) -> SizeLaw:
+    return size if isinstance(size, SizeLaw) else Geometric(size)
+
+
+def read_mean_or_law(name: str, text: str) -> Union[float, str]:
+    """``vp``/``vd`` here: a plain number is the mean of a geometric law (as
+    always in this demo), any other size law of SPEC 9 is its text."""
+    try:
+        value = float(text)
+    except ValueError:
+        return read_size(name, text)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite mean or a size law; got {text!r}")
+    return value
+
+
+def sizes(params: Dict[str, Any]) -> Tuple[SizeLaw, SizeLaw]:
+    """The prompt and output size laws of ``params`` (numbers: geometric means)."""
+    vp, vd = params["vp"], params["vd"]
+    return (_law(vp) if isinstance(vp, float) else size_law("vp", vp),
+            _law(vd) if isinstance(vd, float) else size_law("vd", vd))
+
+
+def mean_tokens(params: Dict[str, Any]) -> Tuple[float, float]:
+    """The mean prompt and output sizes (tokens) of ``params``."""
+    prefill, decode = sizes(params)
+    return mean_sizes({"vp": prefill, "vd": decode})
 
 
 def rate_of(params: Dict[str, Any]) -> float:
@@ -55,14 +89,14 @@ def rate_of(params: Dict[str, Any]) -> float:
         raise ValueError("bmax must be an integer >= 1 here (capacity needs a budget); "
                          "got none")
     validation.positive_number("load", params["load"])
-    star = theory.lambda_star(params["bmax"], params["vp"], params["vd"],
+    star = theory.lambda_star(params["bmax"], *mean_tokens(params),
                               engine_kwargs(params)["latency"])
     return params["load"] * star
 
 
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """The four schedulers on one arrival stream (or one, if a scheduler is given)."""
-    workload = geometric_workload(rate_of(params), params["vp"], params["vd"], options.seed or 0)
+    workload = geometric_workload(rate_of(params), *sizes(params), seed=options.seed or 0)
     return each_scheduler(params, SCHEDULERS, workload, options, HORIZON)
 
 
@@ -70,9 +104,10 @@ def explain(rows: Rows, params: Dict[str, Any]) -> List[str]:
     """A few lines on what happened and why, from the runs' own figures."""
     latency = engine_kwargs(params)["latency"]
     bmax, rate = params["bmax"], rate_of(params)
-    offered = rate * (params["vp"] + params["vd"])
+    tokens = sum(mean_tokens(params))
+    offered = rate * tokens
     capacity = theory.token_capacity(bmax, latency)
-    lines = [f"Offered: {rate:.2f} req/s x {params['vp'] + params['vd']:g} tokens = "
+    lines = [f"Offered: {rate:.2f} req/s x {tokens:g} tokens = "
              f"{offered:.0f} tokens/s, {offered / capacity:.0%} of the token capacity "
              f"{capacity:.0f} tokens/s ({bmax} tokens per {tokens_time(latency, bmax):.4f} s "
              f"batch)."]
@@ -104,8 +139,10 @@ EXPERIMENT = register(Experiment(
     params={**engine_params(bmax=BMAX, kmax=None),
             "scheduler": Param("str", None, "run only this scheduler (default: all four)"),
             "load": Param("float", LOAD, "arrival rate as a fraction of lambda*"),
-            "vp": Param("float", float(MEAN_PREFILL), "mean prompt tokens (geometric)"),
-            "vd": Param("float", float(MEAN_DECODE), "mean output tokens (geometric)")},
+            "vp": Param("custom", float(MEAN_PREFILL), "prompt tokens: a number is the mean "
+                        "of a geometric law", reader=read_mean_or_law, forms=MEAN_OR_LAW),
+            "vd": Param("custom", float(MEAN_DECODE), "output tokens: a number is the mean "
+                        "of a geometric law", reader=read_mean_or_law, forms=MEAN_OR_LAW)},
     run=run,
     horizon=HORIZON,
     seeded=True,

@@ -15,7 +15,7 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
                                        memory_capacity, register)
-from llmqueue.models.workload import renewal
+from llmqueue.experiments.traffic import size_param, workload_of
 
 GAP = 0.4675          # seconds between arrivals
 PREFILL = 290         # tokens per prompt
@@ -65,7 +65,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     for name, bmax, chunked in rows_of(params):
         p = {**params, "scheduler": name, "bmax": bmax, "chunked": chunked}
         kwargs = engine_kwargs(p)
-        result = simulate(renewal(p["gap"], p["vp"], p["vd"]),
+        result = simulate(workload_of(p, 0, gap=p["gap"]),
                           horizon=options.horizon or HORIZON, **kwargs, **options.logs())
         result.add_figures(**memory_capacity(p, p["vp"], p["vd"], kwargs["latency"]))
         out.append((label(name, bmax, chunked), result))
@@ -81,8 +81,8 @@ EXPERIMENT = register(Experiment(
             "bmax": Param("int-or-none", None, "token budget of every row (default: each "
                           "reference row's own: 128, 1024 or whole prompts)", low=1),
             "gap": Param("float", GAP, "seconds between arrivals"),
-            "vp": Param("int", PREFILL, "prefill tokens per request"),
-            "vd": Param("int", DECODE, "decode tokens per request")},
+            "vp": size_param(PREFILL, "prefill tokens per request (laws drawn with seed 0)"),
+            "vd": size_param(DECODE, "decode tokens per request (laws drawn with seed 0)")},
     run=run,
     horizon=HORIZON,
 ))

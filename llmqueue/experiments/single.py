@@ -10,7 +10,7 @@ from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
                                        memory_capacity, register)
-from llmqueue.models.workload import poisson, renewal
+from llmqueue.experiments.traffic import WORKLOAD_PARAMS, size_param, workload_of
 
 
 def arrival_rate(params: Dict[str, Any]) -> float:
@@ -23,11 +23,7 @@ def arrival_rate(params: Dict[str, Any]) -> float:
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     p = params
-    rate = arrival_rate(p)
-    if p["arrival"] == "poisson":
-        workload = poisson(rate, p["vp"], p["vd"], seed=options.seed or 0)
-    else:
-        workload = renewal(1.0 / rate, p["vp"], p["vd"])
+    workload = workload_of(p, options.seed or 0, rate=arrival_rate(p))
     kwargs = engine_kwargs(p)
     result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **kwargs,
                       **options.logs())
@@ -39,11 +35,13 @@ EXPERIMENT = register(Experiment(
     name="single",
     summary="one engine, every parameter settable (defaults: point C with sarathi-128)",
     params={**ENGINE_PARAMS,
-            "arrival": Param("str", "renewal", "arrival law", ("renewal", "poisson")),
-            "gap": Param("float", point_c.GAP, "seconds between arrivals (mean gap for poisson)"),
+            "arrival": WORKLOAD_PARAMS["arrival"],
+            "gap": Param("float", point_c.GAP, "seconds between arrivals (the mean gap unless "
+                         "renewal)"),
             "rate": Param("float-or-none", None, "arrivals per second; overrides gap"),
-            "vp": Param("int", point_c.PREFILL, "prefill tokens per request"),
-            "vd": Param("int", point_c.DECODE, "decode tokens per request")},
+            "vp": size_param(point_c.PREFILL, "prefill tokens per request"),
+            "vd": size_param(point_c.DECODE, "decode tokens per request"),
+            "initial": WORKLOAD_PARAMS["initial"]},
     run=run,
     horizon=point_c.HORIZON,
     seeded=True,

@@ -21,6 +21,7 @@ from llmqueue.engine.results import Result, Summary
 from llmqueue.experiments import single
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
                                        engine_params, register)
+from llmqueue.experiments.traffic import mean_sizes, size_param
 from llmqueue.theory import capacity as theory
 
 PREFILL = 100          # tokens per prompt
@@ -84,7 +85,8 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
         raise ValueError("bmax must be an integer >= 1 here (Theorem 2 needs a budget); "
                          "got none")
     latency = engine_kwargs(p)["latency"]
-    star = theory.lambda_star(p["bmax"], p["vp"], p["vd"], latency)
+    vp, vd = mean_sizes(p)
+    star = theory.lambda_star(p["bmax"], vp, vd, latency)
     fractions = parse_loads(str(p["loads"]))
     rates = [fraction * star for fraction in fractions]
     fixed = {**{k: p[k] for k in ENGINE_PARAMS}, "arrival": "poisson", "vp": p["vp"],
@@ -94,7 +96,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     runs = [row for rows in sweeps.execute(tasks, progress=False) for row in rows]
     out: Rows = []
     for i, (fraction, rate) in enumerate(zip(fractions, rates)):
-        fluid = theory.fluid_slope(rate, p["bmax"], p["vp"], p["vd"], latency)
+        fluid = theory.fluid_slope(rate, p["bmax"], vp, vd, latency)
         summary = Summary.from_mapping(load_row(fraction, runs[i * seeds:(i + 1) * seeds],
                                                 rate, fluid))
         result = Result(summary)
@@ -118,8 +120,8 @@ EXPERIMENT = register(Experiment(
     seeded=True,
     columns=COLUMNS,
     params={**engine_params(bmax=BMAX, kmax=None),
-            "vp": Param("int", PREFILL, "prefill tokens per request"),
-            "vd": Param("int", DECODE, "decode tokens per request"),
+            "vp": size_param(PREFILL, "prefill tokens per request"),
+            "vd": size_param(DECODE, "decode tokens per request"),
             "loads": Param("str", ",".join(f"{x:g}" for x in LOADS),
                            "comma-separated loads, as fractions of lambda*"),
             "seeds": Param("int", SEEDS, "runs per load (run seeds drawn by the sweep from seed)")},

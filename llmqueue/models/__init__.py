@@ -2,16 +2,18 @@
 arrival processes, workloads and real traces.  Imports :mod:`llmqueue.common`
 only."""
 
-from llmqueue.models.arrivals import ArrivalLaw, Gamma, Poisson, Renewal, TraceTimes
+from llmqueue.models.arrivals import (ArrivalLaw, Gamma, Poisson, Renewal, TraceTimes, arrival_law,
+                                      parse_arrival)
 from llmqueue.models.latency import (Constant, Interpolated, LatencyModel, Linear, Staircase,
                                      StepModel, tokens_time)
 from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
-                                   SizeLaw, UniformInt)
+                                   SizeLaw, UniformInt, parse_size)
 from llmqueue.models.traces import Trace, read_csv, read_trace
 from llmqueue.models.workload import Arrival, Workload, compose, from_list, poisson, renewal
 
 __all__ = ["Arrival", "ArrivalLaw", "Constant", "Empirical", "Fixed", "Gamma", "Geometric",
            "Interpolated", "LatencyModel", "Linear", "LogNormal", "Mixture", "Poisson",
            "PoissonSize", "Renewal", "SizeLaw", "Staircase", "StepModel", "Trace",
-           "TraceTimes", "UniformInt", "Workload", "compose", "from_list", "poisson",
-           "read_csv", "read_trace", "renewal", "tokens_time"]
+           "TraceTimes", "UniformInt", "Workload", "arrival_law", "compose", "from_list",
+           "parse_arrival", "parse_size", "poisson", "read_csv", "read_trace", "renewal",
+           "tokens_time"]

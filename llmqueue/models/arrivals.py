@@ -13,12 +13,15 @@ the number of times it can give (``None``: endless).
 * :class:`TraceTimes` ``(times, rate=None)``: the times of a trace, optionally
   rescaled (every time multiplied by one factor) so that the mean rate becomes
   ``rate``.
+
+:func:`parse_arrival` reads SPEC 9's text forms (``renewal``, ``poisson``,
+``gamma:CV``) and :func:`arrival_law` turns one into a law at a given rate.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -124,3 +127,38 @@ class TraceTimes(ArrivalLaw):
     def times(self, rng: Optional[np.random.Generator]) -> Iterator[float]:
         """The (rescaled) trace times; ``rng`` is not used."""
         return iter(self._times.tolist())
+
+
+#: SPEC 9's text forms of an arrival law, for messages and help.
+ARRIVAL_FORMS = "renewal, poisson or gamma:CV"
+
+
+def parse_arrival(text: object, name: str = "arrival") -> Tuple[str, Optional[float]]:
+    """``(kind, cv)`` from SPEC 9's text: ``("renewal", None)``,
+    ``("poisson", None)`` or ``("gamma", CV)`` for ``gamma:CV`` (gamma gaps of
+    coefficient of variation CV > 0).  Anything else is a one-line ValueError
+    naming ``name`` and the allowed forms."""
+    text = str(text).strip()
+    if text in ("renewal", "poisson"):
+        return text, None
+    kind, _, cv = text.partition(":")
+    if kind == "gamma" and cv:
+        try:
+            value = float(cv)
+        except ValueError:
+            value = float("nan")
+        if value > 0 and value != float("inf"):
+            return "gamma", value
+    raise ValueError(f"{name} must be {ARRIVAL_FORMS} (CV a number > 0); got {text!r}")
+
+
+def arrival_law(text: object, rate: float, name: str = "arrival") -> ArrivalLaw:
+    """The law ``text`` names (:func:`parse_arrival`) at ``rate`` arrivals per
+    second: :class:`Renewal` with gap ``1/rate``, :class:`Poisson` or :class:`Gamma`."""
+    kind, cv = parse_arrival(text, name)
+    if kind == "renewal":
+        return Renewal(1.0 / validation.positive_number("rate", rate))
+    if kind == "poisson":
+        return Poisson(rate)
+    assert cv is not None
+    return Gamma(rate, cv)

@@ -20,9 +20,12 @@ form (used by capacity figures and by the tests).  The laws:
   observed counts (a trace column).
 
 ``draw(rng)`` is one draw as a plain ``int`` (for job code that draws a size
-at a time).  A decode law that draws 0 gives 1 in a workload (a request has
-``vd >= 1``): :func:`decode_sizes` applies that rule, for
-:func:`llmqueue.workload.compose` and every other stream.
+at a time); ``variance`` is the law's variance and ``survival(x)`` = P(draw > x),
+which give :func:`mean_chunks` and the expected memory area of SPEC 7.6.
+:func:`parse_size` reads SPEC 9's text forms (``N``, ``uniform:LO:HI``, ...).
+A decode law that draws 0 gives 1 in a workload (a request has ``vd >= 1``):
+:func:`decode_sizes` applies that rule, for :func:`llmqueue.workload.compose`
+and every other stream.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from llmqueue.common import validation
+from llmqueue.common import files, validation
 
 
 class SizeLaw:
     """Base class: a law of whole token counts."""
 
     mean: float
+
+    @property
+    def variance(self) -> float:
+        """The law's variance (tokens^2)."""
+        raise NotImplementedError(f"{type(self).__name__} has no variance")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` independent draws as an int64 array."""
@@ -52,6 +60,10 @@ class SizeLaw:
         """The probability of drawing 0 (``None`` where unknown)."""
         return None
 
+    def survival(self, x: int) -> float:
+        """``P(draw > x)`` for a whole ``x >= 0``."""
+        raise NotImplementedError(f"{type(self).__name__} has no survival function")
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
@@ -63,6 +75,15 @@ class Fixed(SizeLaw):
     def __init__(self, value: int) -> None:
         self.value = validation.token_count("value", value)
         self.mean = float(value)
+
+    @property
+    def variance(self) -> float:
+        """0."""
+        return 0.0
+
+    def survival(self, x: int) -> float:
+        """1 below ``value``, else 0."""
+        return float(self.value > x)
 
     def zero_probability(self) -> float:
         """1 for a fixed size of 0, else 0."""
@@ -85,6 +106,15 @@ class UniformInt(SizeLaw):
         self.low, self.high = low, high
         self.mean = (low + high - 1) / 2
 
+    @property
+    def variance(self) -> float:
+        """``((high - low)^2 - 1) / 12``."""
+        return ((self.high - self.low) ** 2 - 1) / 12
+
+    def survival(self, x: int) -> float:
+        """The share of ``low .. high - 1`` above ``x``."""
+        return min(max(self.high - 1 - x, 0), self.high - self.low) / (self.high - self.low)
+
     def zero_probability(self) -> float:
         """``1 / (high - low)`` when 0 is in the range."""
         return 1.0 / (self.high - self.low) if self.low == 0 else 0.0
@@ -100,9 +130,23 @@ class PoissonSize(SizeLaw):
     def __init__(self, mean: float) -> None:
         self.mean = validation.positive_number("mean", mean)
 
+    @property
+    def variance(self) -> float:
+        """The mean."""
+        return self.mean
+
     def zero_probability(self) -> float:
         """``exp(-mean)``."""
         return math.exp(-self.mean)
+
+    def survival(self, x: int) -> float:
+        """``1 - sum over k <= x of exp(-mean) mean^k / k!`` (the terms more than
+        12 standard deviations below the mean, under 1e-30 in all, left out)."""
+        log_mean = math.log(self.mean)
+        start = max(0, int(self.mean - 12 * math.sqrt(self.mean)) - 10)
+        cdf = sum(math.exp(k * log_mean - self.mean - math.lgamma(k + 1))
+                  for k in range(start, x + 1))
+        return max(0.0, 1.0 - cdf)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` Poisson draws."""
@@ -119,9 +163,18 @@ class Geometric(SizeLaw):
                              f"got {mean!r}")
         self.mean = float(mean)
 
+    @property
+    def variance(self) -> float:
+        """``mean (mean - 1)``: ``(1 - p) / p^2`` with ``p = 1 / mean``."""
+        return self.mean * (self.mean - 1)
+
     def zero_probability(self) -> float:
         """Never: geometric counts start at 1."""
         return 0.0
+
+    def survival(self, x: int) -> float:
+        """``(1 - 1/mean)^x``."""
+        return (1.0 - 1.0 / self.mean) ** max(x, 0)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` geometric draws."""
@@ -139,6 +192,16 @@ class LogNormal(SizeLaw):
         s2 = math.log1p(cv * cv)
         self._sigma = math.sqrt(s2)
         self._mu = math.log(mean) - s2 / 2
+
+    @property
+    def variance(self) -> float:
+        """``(cv mean)^2`` (before rounding)."""
+        return (self.cv * self.mean) ** 2
+
+    def survival(self, x: int) -> float:
+        """The chance the lognormal reaches ``x + 0.5`` (rounds above ``x``)."""
+        z = (math.log(x + 0.5) - self._mu) / (self._sigma * math.sqrt(2))
+        return 0.5 * math.erfc(z)
 
     def zero_probability(self) -> float:
         """The chance the lognormal falls below 0.5 (rounded to 0)."""
@@ -164,6 +227,17 @@ class Mixture(SizeLaw):
         self.weights = np.array([w / total for w, _ in parts])
         self.laws = [law for _, law in parts]
         self.mean = float(sum(w * law.mean for w, law in zip(self.weights, self.laws)))
+
+    @property
+    def variance(self) -> float:
+        """``sum w (variance + mean^2) - mean^2`` over the parts."""
+        second = sum(w * (law.variance + law.mean ** 2) for w, law in zip(self.weights,
+                                                                          self.laws))
+        return float(second - self.mean ** 2)
+
+    def survival(self, x: int) -> float:
+        """The weighted survival of the parts."""
+        return float(sum(w * law.survival(x) for w, law in zip(self.weights, self.laws)))
 
     def zero_probability(self) -> Optional[float]:
         """The weighted chances of the parts (``None`` if one is unknown)."""
@@ -193,6 +267,15 @@ class Empirical(SizeLaw):
                              f"values from {data.min()!r} to {data.max()!r}")
         self._values = data.astype(np.int64)
         self.mean = float(self._values.mean())
+
+    @property
+    def variance(self) -> float:
+        """The observed counts' variance."""
+        return float(self._values.var())
+
+    def survival(self, x: int) -> float:
+        """The share of observed counts above ``x``."""
+        return float(np.mean(self._values > x))
 
     def zero_probability(self) -> float:
         """The share of zeros among the observed counts."""
@@ -228,3 +311,70 @@ def decode_mean(law: SizeLaw) -> Optional[float]:
     (``None`` where the law's chance of 0 is unknown)."""
     zero = law.zero_probability()
     return None if zero is None else law.mean + zero
+
+
+def decode_variance(law: SizeLaw) -> float:
+    """The variance of :func:`decode_sizes` draws (draws of 0 counted as 1):
+    ``E[max(X, 1)^2] - E[max(X, 1)]^2`` with ``E[max(X, 1)^2] = E[X^2] + P(X = 0)``.
+    A law whose chance of 0 is unknown is a ValueError."""
+    zero = law.zero_probability()
+    if zero is None:
+        raise ValueError(f"decode law {law!r} does not say how often it draws 0; give a "
+                         f"law that does (Fixed, UniformInt, Geometric, ...)")
+    mean = law.mean + zero
+    return law.variance + law.mean ** 2 + zero - mean * mean
+
+
+#: Tail below which :func:`mean_chunks` stops summing an unbounded law.
+TAIL = 1e-12
+
+
+def mean_chunks(law: SizeLaw, chunk: int) -> float:
+    """``E[ceil(X / chunk)]``: the mean number of prefill chunks of ``chunk``
+    tokens a prompt of this law takes.  ``ceil(X / c) = sum over k >= 0 of
+    1[X > k c]``, so the mean is ``sum over k >= 0 of P(X > k c)``: exact for
+    bounded laws (Fixed, UniformInt, Empirical), summed until a term falls
+    below :data:`TAIL` for the others."""
+    validation.positive_int("chunk", chunk)
+    if isinstance(law, Fixed):
+        return float(-(-law.value // chunk))
+    total, k = 0.0, 0
+    while True:
+        term = law.survival(k * chunk)
+        total += term
+        if term == 0.0 or (term < TAIL and k * chunk > law.mean):
+            return total
+        k += 1
+
+
+#: SPEC 9's text forms of a size law, for messages and help.
+SIZE_FORMS = "N, uniform:LO:HI, geometric:MEAN, lognormal:MEAN:CV or empirical:FILE"
+
+
+def parse_size(name: str, text: object) -> SizeLaw:
+    """A size law from SPEC 9's text: ``N`` (fixed), ``uniform:LO:HI`` (both ends
+    included), ``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``
+    (one count per line).  ``name`` names the parameter in errors, which are
+    one-line ValueErrors giving the allowed forms."""
+    text = str(text).strip()
+    kind, _, rest = text.partition(":")
+    parts = rest.split(":") if rest else []
+    if not rest and kind.replace("_", "").isdigit():
+        return Fixed(validation.token_count(name, int(kind)))
+    try:
+        if kind == "uniform" and len(parts) == 2:
+            low, high = int(parts[0]), int(parts[1])
+            if high < low:
+                raise ValueError(f"HI must be >= LO, got {low}:{high}")
+            return UniformInt(low, high + 1)
+        if kind == "geometric" and len(parts) == 1:
+            return Geometric(float(parts[0]))
+        if kind == "lognormal" and len(parts) == 2:
+            return LogNormal(float(parts[0]), float(parts[1]))
+        if kind == "empirical" and rest:
+            with files.open_text_input(rest, name) as handle:
+                return Empirical([int(line) for line in handle if line.strip()])
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{name} {text!r}: {' '.join(str(exc).split())} (allowed: "
+                         f"{SIZE_FORMS})") from None
+    raise ValueError(f"{name} must be {SIZE_FORMS}; got {text!r}")

@@ -8,7 +8,8 @@ and the unit-rate workload."""
 from llmqueue.planning.engines import EnginesResult, plan_engines
 from llmqueue.planning.plan import PlanResult, plan
 from llmqueue.planning.probe import Probe
-from llmqueue.planning.spec import EngineSpec, Traffic, parse_arrival, parse_size
+from llmqueue.models.sizes import parse_size
+from llmqueue.planning.spec import EngineSpec, Traffic, arrival_cv
 
-__all__ = ["EngineSpec", "EnginesResult", "PlanResult", "Probe", "Traffic", "parse_arrival",
+__all__ = ["EngineSpec", "EnginesResult", "PlanResult", "Probe", "Traffic", "arrival_cv",
            "parse_size", "plan", "plan_engines"]

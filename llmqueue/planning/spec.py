@@ -1,6 +1,6 @@
 """What a capacity plan is about: the engine (:class:`EngineSpec`) and the
-traffic (:class:`Traffic`) of SPEC 8.7, and the text forms the CLI takes for
-size laws and arrival laws (SPEC 9).
+traffic (:class:`Traffic`) of SPEC 8.7 (the text forms of size and arrival laws
+are read by :mod:`llmqueue.models.sizes` and :mod:`llmqueue.models.arrivals`).
 
 ``Traffic`` holds an arrival law **of unit rate** (Poisson, or gamma gaps of a
 given coefficient of variation) and two size laws, or with :meth:`Traffic.mix`
@@ -19,9 +19,9 @@ import numpy as np
 
 from llmqueue.common import validation
 from llmqueue.engine.kv import KV
+from llmqueue.models.arrivals import parse_arrival
 from llmqueue.models.latency import LatencyModel, Staircase
-from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, SizeLaw,
-                                   SizeLike, UniformInt, as_law, decode_mean, decode_sizes)
+from llmqueue.models.sizes import Mixture, SizeLaw, SizeLike, as_law, decode_mean, decode_sizes
 
 
 @dataclass(frozen=True)
@@ -211,45 +211,13 @@ def arrivals(traffic: Traffic, n: int, seed: int, replication: int
     return np.cumsum(gaps), prompts, outputs, router_seed
 
 
-def parse_size(name: str, text: str) -> SizeLaw:
-    """A size law from SPEC 9's text: ``N`` (fixed), ``uniform:LO:HI`` (both ends
-    included), ``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``
-    (one count per line).  ``name`` names the parameter in errors."""
-    text = str(text).strip()
-    kind, _, rest = text.partition(":")
-    parts = rest.split(":") if rest else []
-    try:
-        if not rest and kind.isdigit():
-            return Fixed(int(kind))
-        if kind == "uniform" and len(parts) == 2:
-            low, high = int(parts[0]), int(parts[1])
-            if high < low:
-                raise ValueError(f"HI must be >= LO, got {low}:{high}")
-            return UniformInt(low, high + 1)
-        if kind == "geometric" and len(parts) == 1:
-            return Geometric(float(parts[0]))
-        if kind == "lognormal" and len(parts) == 2:
-            return LogNormal(float(parts[0]), float(parts[1]))
-        if kind == "empirical" and rest:
-            with open(rest) as handle:
-                return Empirical([int(line) for line in handle if line.strip()])
-    except (ValueError, OSError) as exc:
-        raise ValueError(f"{name}: {exc}") from None
-    raise ValueError(f"{name} must be N, uniform:LO:HI, geometric:MEAN, lognormal:MEAN:CV or "
-                     f"empirical:FILE; got {text!r}")
-
-
-def parse_arrival(text: str) -> Optional[float]:
-    """``poisson`` (or ``renewal``'s Poisson stand-in is refused) gives ``None``;
-    ``gamma:CV`` gives CV."""
-    text = str(text).strip()
-    if text == "poisson":
-        return None
-    kind, _, cv = text.partition(":")
-    if kind == "gamma" and cv:
-        try:
-            return validation.positive_number("arrival cv", float(cv))
-        except ValueError:
-            pass
-    raise ValueError(f"arrival must be poisson or gamma:CV for plan (a renewal stream has "
-                     f"no randomness to replicate), got {text!r}")
+def arrival_cv(text: str) -> Optional[float]:
+    """:class:`Traffic`'s ``cv`` from SPEC 9's arrival text
+    (:func:`~llmqueue.models.arrivals.parse_arrival`): ``poisson`` gives ``None``,
+    ``gamma:CV`` gives CV; ``renewal`` is refused (a plan replicates random
+    arrivals)."""
+    kind, cv = parse_arrival(text)
+    if kind == "renewal":
+        raise ValueError(f"arrival must be poisson or gamma:CV for plan (a renewal stream has "
+                         f"no randomness to replicate), got {text!r}")
+    return cv

@@ -80,7 +80,8 @@ def parse(scenario: Parametrized, spec: str) -> Tuple[str, List[object]]:
     if key not in scenario.params:
         raise ValueError(f"grid {key}: {scenario.name} has no parameter {key!r}; "
                          f"allowed: {', '.join(scenario.params)}")
-    if ":" in text and "," not in text:
+    if ":" in text and "," not in text and (scenario.params[key].kind != "custom"
+                                            or _numbers(text)):
         return key, _range(scenario, key, text)
     items = [item.strip() for item in text.split(",")]
     if "" in items:
@@ -88,9 +89,29 @@ def parse(scenario: Parametrized, spec: str) -> Tuple[str, List[object]]:
     return key, check(scenario, {key: items})[key]
 
 
+def _numbers(text: str) -> bool:
+    """Whether ``text`` is ``START:STOP:STEP`` in numbers (a range, not a law's
+    text such as ``uniform:10:20``)."""
+    try:
+        return len([float(part) for part in text.split(":")]) == 3
+    except ValueError:
+        return False
+
+
+def _takes(param: Param, text: str) -> bool:
+    """Whether a custom parameter reads ``text`` (a number) as a value."""
+    try:
+        param.parse("", text)
+    except ValueError:
+        return False
+    return True
+
+
 def _range(scenario: Parametrized, key: str, text: str) -> List[object]:
     kind = scenario.params[key].kind
     parts = text.split(":")
+    if kind == "custom" and _takes(scenario.params[key], parts[0]):
+        kind = "int"  # whole numbers, e.g. fixed sizes of a size law
     if len(parts) != 3 or kind not in ("int", "int-or-none", "float", "float-or-none"):
         raise ValueError(f"grid {key}: START:STOP:STEP needs three numbers and a numeric "
                          f"parameter; got {text!r}")

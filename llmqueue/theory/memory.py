@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence, Tuple
 from llmqueue.common import validation
 from llmqueue.common.units import ceil_div
 from llmqueue.models.latency import Constant, LatencyModel, Linear, Staircase, tokens_time
+from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_mean, decode_variance
 from llmqueue.theory.capacity import lambda_star
 
 #: One request type for WAIT: (prompt tokens, decode tokens, share of arrivals).
@@ -100,6 +101,23 @@ def mean_kv_area(mean_vp: float, mean_vd: float, var_vp: float = 0.0, var_vd: fl
         return (md + 1) * mp + (md2 + md) / 2
     validation.positive_int("chunk", chunk)
     return (mp + mp2 / chunk + 2 * mp * md + md + md2) / 2
+
+
+def law_kv_area(prefill: SizeLike, decode: SizeLike, chunk: Optional[int] = None) -> float:
+    """``E[g]`` (token-iterations) for independent prompt and decode size laws
+    (plain integers are fixed sizes).  Fixed sizes give :func:`kv_area` itself;
+    other laws give :func:`mean_kv_area` of their means and variances, the decode
+    law's draws of 0 counted as 1 (as in every workload).  With ``chunk``, this is
+    Nie et al.'s closed form in expectation, as exact as that form is: where
+    ``chunk`` divides every prompt (elsewhere an approximation, as for fixed
+    sizes).  Lognormal moments ignore the rounding to whole tokens."""
+    p, d = as_law("prefill", prefill), as_law("decode", decode)
+    if isinstance(p, Fixed) and isinstance(d, Fixed):
+        return kv_area(p.value, max(d.value, 1), chunk)
+    variance = decode_variance(d)
+    mean = decode_mean(d)
+    assert mean is not None  # decode_variance raised otherwise
+    return mean_kv_area(p.mean, mean, p.variance, max(variance, 0.0), chunk)
 
 
 def mu_mem(M: float, mean_g: float, b_bar: float) -> float:
