@@ -14,7 +14,7 @@ time gives.  Long runs count their ticks in numpy, with the same rounding
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import Any, List
 
 import numpy as np
 
@@ -22,20 +22,19 @@ from llmqueue.common.units import MAX_SECONDS, TICKS_PER_SECOND, to_ticks
 from llmqueue.engine.clock import now_ticks
 from llmqueue.policies.view import Plan
 
-if TYPE_CHECKING:  # pragma: no cover - the engine imports this module
-    from llmqueue.engine.processes import Engine
-
 #: Runs of at least this many iterations have their ticks counted in numpy.
 VECTOR = 16
 
 
-def context_run(engine: "Engine", plan: Plan, decode: int, prefill: int, requests: int
+def context_run(engine: Any, plan: Plan, decode: int, prefill: int, requests: int
                 ) -> List[int]:
     """The lengths (ticks) of the iterations of ``plan`` to run as one: the
-    first, then, when skip-ahead allows, each later one at its own context."""
+    first, then, when skip-ahead allows, each later one at its own context.
+    ``engine`` is the :class:`~llmqueue.engine.processes.Engine` (which imports
+    this module, so it is not imported here)."""
     model = engine.latency
     context = engine.residents.context(plan)
-    first = engine._positive(to_ticks(model.batch_time(  # type: ignore[call-arg]
+    first = engine._positive(to_ticks(model.batch_time(
         decode, prefill, requests, context=context)), decode, prefill)
     # the engine's bound from the first length is exact when later iterations last
     # at least as long (contexts only grow); otherwise it only cuts a run short
@@ -46,7 +45,7 @@ def context_run(engine: "Engine", plan: Plan, decode: int, prefill: int, request
     if many is not None:
         seconds = many(decode, prefill, requests, context, k)
     else:
-        seconds = [model.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
+        seconds = [model.batch_time(decode, prefill, requests,
                                     context=context.after(j, decode, prefill))
                    for j in range(k)]
     env = engine.env
