@@ -151,8 +151,12 @@ def checked_contexts(monkeypatch):
 
     def context(self, plan):
         mine = keep(self, plan)
+        swapped = getattr(self, "swapped", ())  # off the GPU: neither served nor waiting
+        waiting = sum(1 for r in self if r.prefill_left == 0
+                      and all(r is not d for d in plan.decode)
+                      and all(r is not x for x in swapped))
         assert mine == BatchContext.of([kv_tokens(r) for r in plan.decode],
-                                       [(n, kv_tokens(r)) for r, n in plan.prefill])
+                                       [(n, kv_tokens(r)) for r, n in plan.prefill], waiting)
         seen.append(mine)
         return mine
     monkeypatch.setattr(residents_module.Residents, "context", context)

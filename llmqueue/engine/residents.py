@@ -127,7 +127,8 @@ class Residents:
             cached += s
             sq += n * n
             cross += n * s
-        return BatchContext(decode_ctx, len(plan.prefill), cached, sq, cross)
+        return BatchContext(decode_ctx, len(plan.prefill), cached, sq, cross,
+                            len(self.decoding) - len(decode))
 
     def _next_finish(self) -> int:
         """Smallest valid end mark, dropping stale heap entries on the way."""

@@ -149,7 +149,7 @@ class Roofline:
         if type(context) is BatchContext and type(decode) is int and type(prefill) is int \
                 and type(requests) is int and decode >= 0 and prefill >= 0 and requests >= 0 \
                 and decode + prefill > 0:  # the engine's batches: checked fast
-            dc, chunks, cached, sq, cross = context
+            dc, chunks, cached, sq, cross = context[:5]
             if type(dc) is int and type(chunks) is int and type(cached) is int \
                     and type(sq) is int and type(cross) is int and dc >= 0 and cached >= 0 \
                     and sq >= 0 and cross >= 0 \
