@@ -228,7 +228,9 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     vp, vd = mean_sizes(p)
     bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
     rate = arrival_rate(p)
-    names = [p["scheduler"]] if args.scheduler else policy_names()
+    names = [p["scheduler"]] if args.scheduler else [  # wait needs a KV cache
+        name for name in policy_names() if p["kv"] is not None
+        or not getattr(make_policy(name), "needs_kv", False)]
     verdicts = {}
     for name in names:
         wc = make_policy(name, chunked=p["chunked"]).work_conserving
