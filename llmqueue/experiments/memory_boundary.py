@@ -78,17 +78,20 @@ def variants_of(text: str) -> List[str]:
     return names
 
 
-def _run(variant: str, M: int, rate: float, horizon: float, seed: int, saturated: bool,
-         mu: float) -> Result:
+def _run(variant: str, M: int, mu: float, horizon: float, seed: int,
+         rate: Optional[float] = None) -> Result:
+    """One run of ``variant``: Poisson arrivals at ``rate`` from an empty
+    system (its time series kept), or saturated (``rate=None``, the second
+    half measured)."""
     bmax, chunked, _ = VARIANTS[variant]
     sizes = mr.uniform(*WORKLOAD.prompt), mr.uniform(*WORKLOAD.output)
-    if saturated:
+    if rate is None:
         stream = mr.saturated(mu, *sizes, M, seed)
     else:
         stream = compose(Poisson(rate), *sizes, seed=seed)
     return mr.serve(stream, "sarathi", mr.constant_time(WORKLOAD.tau), M, horizon,
-                    warmup=horizon / 2 if saturated else 0.0, chunked=chunked, bmax=bmax,
-                    timeseries=not saturated)
+                    warmup=horizon / 2 if rate is None else 0.0, chunked=chunked, bmax=bmax,
+                    timeseries=rate is not None)
 
 
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:
@@ -103,7 +106,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     for variant in variants_of(params["variants"]):
         th = theory(variant, M)
         mu = th["mu"]
-        sat = [_run(variant, M, 0.0, horizon, base + i, True, mu).summary for i in range(seeds)]
+        sat = [_run(variant, M, mu, horizon, base + i).summary for i in range(seeds)]
         mu_sat, mu_sat_se = mr.mean_se([s["throughput_requests_per_s"] or 0.0 for s in sat])
         common = {"variant": variant, "kv": M, "seeds": seeds, **th, "mu_sat": mu_sat,
                   "mu_sat_se": mu_sat_se}
@@ -114,8 +117,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
             "kv_utilization": mr.mean_se([s["kv_utilization"] or 0.0 for s in sat])[0]}))))
         for load in loads:
             rate = load * mu
-            results = [_run(variant, M, rate, horizon, base + i, False, mu)
-                       for i in range(seeds)]
+            results = [_run(variant, M, mu, horizon, base + i, rate) for i in range(seeds)]
             out.append((f"{variant} {load:.2f} mu",
                         load_row(results, horizon, rate, load, common)))
     return out

@@ -150,7 +150,7 @@ def checks(rows: Rows) -> List[Check]:
             f"calculator (chunk {CHUNK}, continuous moments) = SPEC's mu +- {CALCULATOR_TOLERANCE}",
             all(abs(v["mu_calculator"] - BY_NAME[k].calculator) <= CALCULATOR_TOLERANCE
                 for k, v in at_spec.items()),
-            ", ".join(f"{k} {v['mu_calculator']:.4f} (SPEC {BY_NAME[k].calculator})"
+            ", ".join(f"{k} {v['mu_calculator']:.4f} (SPEC {BY_NAME[k].calculator:.4f})"
                       for k, v in at_spec.items())))
         out.append(Check(
             "whole-prompt E[g] (integer moments) = SPEC's, and mu",
