@@ -25,6 +25,10 @@ from llmqueue.experiments import parallel  # noqa: F401
 from llmqueue.experiments import rybko_stolyar  # noqa: F401
 from llmqueue.experiments import goodput  # noqa: F401
 from llmqueue.experiments import engines  # noqa: F401
+from llmqueue.experiments import nie_table1  # noqa: F401
+from llmqueue.experiments import memory_boundary  # noqa: F401
+from llmqueue.experiments import coprime  # noqa: F401
+from llmqueue.experiments import memory_waste  # noqa: F401
 # isort: on
 
 #: Parameters whose value names a file an experiment writes (a figure): outputs.

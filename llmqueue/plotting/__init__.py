@@ -1,8 +1,8 @@
 """Every figure of llmqueue, in one place: pending over time and latency CDFs
 (:mod:`.pending`), multi-engine runs (:mod:`.network`), Theorem 10's region
 (:mod:`.region`), Theorem 2 (:mod:`.theorem2`), capacity plans
-(:mod:`.capacity`), the Sarathi chunk sweep (:mod:`.chunks`) and sweeps
-(:mod:`.sweep`), all in the style of :mod:`.style`.
+(:mod:`.capacity`), the Sarathi chunk sweep (:mod:`.chunks`), the KV-cache
+experiments (:mod:`.memory`) and sweeps (:mod:`.sweep`), all in the style of :mod:`.style`.
 
 The rules, the same for every figure function:
 
@@ -29,6 +29,8 @@ functions that draw).
 
 from llmqueue.plotting.capacity import plot_capacity
 from llmqueue.plotting.chunks import plot_chunk_sweep
+from llmqueue.plotting.memory import (plot_coprime, plot_memory_boundary, plot_memory_waste,
+                                      plot_table1)
 from llmqueue.plotting.network import plot_against_load, plot_agents, plot_backlogs
 from llmqueue.plotting.pending import (animate_pending, plot_latency_cdfs, plot_pending,
                                        plot_pending_zoom)
@@ -38,5 +40,6 @@ from llmqueue.plotting.sweep import plot_heat, plot_lines
 from llmqueue.plotting.theorem2 import plot_theorem2
 
 __all__ = ["animate_pending", "plot_against_load", "plot_agents", "plot_backlogs", "plot_capacity",
-           "plot_chunk_sweep", "plot_heat", "plot_latency_cdfs", "plot_lines",
-           "plot_pending", "plot_pending_zoom", "plot_region", "plot_theorem2", "save"]
+           "plot_chunk_sweep", "plot_coprime", "plot_heat", "plot_latency_cdfs", "plot_lines",
+           "plot_memory_boundary", "plot_memory_waste", "plot_pending", "plot_pending_zoom",
+           "plot_region", "plot_table1", "plot_theorem2", "save"]
