@@ -15,7 +15,7 @@ from llmqueue.theory.capacity import peak_token_rate
     (["--set", "vp=99999999999999999999999"], "vp must be a whole number of tokens"),
     (["--horizon", "1e308"], "requests per run"),
     (["--set", "rate=1e-300"], "times must be within"),
-    (["--set", "c=1e308", "--set", "a=1e308"], "times must be within"),
+    (["--set", "c=1e308", "--set", "a=1e308"], "c must be a number from 0 to"),
 ])
 def test_huge_numbers_are_one_line_errors(argv, fragment):
     proc = subprocess.run([sys.executable, "-m", "llmqueue", "run", "single"] + argv,
@@ -170,3 +170,18 @@ def test_a_sweep_grid_larger_than_the_run_limit_is_refused():
     from llmqueue.sweeps.grid import expand
     with pytest.raises(ValueError, match="the limit is 100,000"):
         expand({"a": list(range(1000)), "b": list(range(1000))})
+
+
+def test_laws_and_staircases_at_extreme_numbers_are_clear_errors():
+    import numpy as np
+    with pytest.raises(ValueError, match="cv must be a number from"):
+        q.Gamma(1, 1e-300)
+    with pytest.raises(ValueError, match="lognormal sizes need mean"):
+        q.LogNormal(1e300, 10)
+    big = q.LogNormal(2**40, 1000).sample(np.random.default_rng(0), 10_000)
+    assert big.min() >= 0 and big.max() <= 2**40  # draws never wrap to negative
+    with pytest.raises(ValueError, match="c must be a number from 0 to"):
+        q.Staircase(1e308, 1e308)
+    proc = subprocess.run([sys.executable, "-m", "llmqueue", "capacity", "--set", "c=1e308",
+                           "--set", "a=1e308"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1

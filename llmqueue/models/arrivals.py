@@ -77,12 +77,20 @@ class Poisson(ArrivalLaw):
         return _cumulate(lambda n: rng.exponential(1.0 / self.rate, n))
 
 
+#: Coefficients of variation a gamma law takes: beyond them its shape under- or
+#: overflows a float.
+CV_RANGE = (1e-6, 1e6)
+
+
 class Gamma(ArrivalLaw):
     """Gamma gaps of mean ``1 / rate`` and coefficient of variation ``cv``."""
 
     def __init__(self, rate: float, cv: float) -> None:
         self.rate = validation.positive_number("rate", rate)
         self.cv = validation.positive_number("cv", cv)
+        if not CV_RANGE[0] <= self.cv <= CV_RANGE[1]:
+            raise ValueError(f"cv must be a number from {CV_RANGE[0]:g} to {CV_RANGE[1]:g} "
+                             f"(gamma gaps); got {cv!r}")
         self._shape = 1.0 / (self.cv * self.cv)
         self._scale = 1.0 / (self.rate * self._shape)
 

@@ -18,6 +18,7 @@ from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.common.units import MAX_SECONDS
 from llmqueue.models.context import BatchContext
 
 
@@ -44,8 +45,11 @@ class Staircase:
     b0: int = 128
 
     def __post_init__(self) -> None:
-        validation.nonnegative_number("c", self.c)
-        validation.nonnegative_number("a", self.a)
+        for name in ("c", "a"):
+            value = validation.nonnegative_number(name, getattr(self, name))
+            if value > MAX_SECONDS:
+                raise ValueError(f"{name} must be a number from 0 to {MAX_SECONDS:g} s; "
+                                 f"got {value!r}")
         validation.positive_int("b0", self.b0)
         if self.a == 0 and self.c == 0:
             raise ValueError("a must be > 0 when c is 0 (a batch must take time); "

@@ -189,6 +189,9 @@ class LogNormal(SizeLaw):
     def __init__(self, mean: float, cv: float) -> None:
         self.mean = validation.positive_number("mean", mean)
         self.cv = validation.positive_number("cv", cv)
+        if mean > validation.MAX_TOKENS or cv > 1e3:
+            raise ValueError(f"lognormal sizes need mean <= {validation.MAX_TOKENS} tokens and "
+                             f"cv <= 1000; got mean={mean!r}, cv={cv!r}")
         s2 = math.log1p(cv * cv)
         self._sigma = math.sqrt(s2)
         self._mu = math.log(mean) - s2 / 2
@@ -209,7 +212,8 @@ class LogNormal(SizeLaw):
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` rounded lognormal draws."""
-        return np.rint(rng.lognormal(self._mu, self._sigma, n)).astype(np.int64)
+        draws = np.minimum(rng.lognormal(self._mu, self._sigma, n), validation.MAX_TOKENS)
+        return np.rint(draws).astype(np.int64)
 
 
 class Mixture(SizeLaw):
