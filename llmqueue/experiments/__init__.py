@@ -25,6 +25,8 @@ from llmqueue.experiments import parallel  # noqa: F401
 from llmqueue.experiments import rybko_stolyar  # noqa: F401
 from llmqueue.experiments import goodput  # noqa: F401
 from llmqueue.experiments import engines  # noqa: F401
+from llmqueue.experiments import storms  # noqa: F401
+from llmqueue.experiments import limit_cycle  # noqa: F401
 # isort: on
 
 #: Parameters whose value names a file an experiment writes (a figure): outputs.
