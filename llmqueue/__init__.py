@@ -28,7 +28,8 @@ from llmqueue.policies import (VLLM, ClassPriority, FasterTransformer, Orca, Pla
                                policy_names, register_policy)
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 from llmqueue.theory.memory import (kv_area, kv_bytes_per_token, kv_capacity_tokens, lambda_joint,
-                                    mu_mem, wait_thresholds)
+                                    mu_mem)
+from llmqueue.theory.wait import wait_thresholds
 from llmqueue.theory.slo import SLO
 
 __all__ = [

@@ -99,3 +99,43 @@ def test_fit_reader_names_a_bad_line(tmp_path, capsys):
         read_samples(str(path))
     assert main(["fit", str(path)]) == 2
     assert f"{path}:3:" in capsys.readouterr().err
+
+
+def test_flat_samples_get_the_same_answer_from_both_fits():
+    """Times that do not rise with the batch are refused by both fits alike,
+    even where some step width would give a tiny positive rise."""
+    import numpy as np
+
+    from llmqueue.theory.fit import fit_linear, fit_staircase
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(1, 1000, 500)
+    flat = np.full(500, 0.05)
+    falling = 0.05 - 1e-6 * tokens + rng.normal(0, 1e-4, 500)
+    for seconds in (flat, falling):
+        with pytest.raises(ValueError, match="do not grow with batch tokens"):
+            fit_linear(tokens, seconds)
+        with pytest.raises(ValueError, match="do not grow with batch tokens"):
+            fit_staircase(tokens, seconds)
+
+
+def test_the_step_search_matches_a_direct_search_on_every_sample():
+    """The grouped search (sums per distinct size) keeps the b0 and SSE that a
+    direct least-squares search over every b0 and every sample gives."""
+    import numpy as np
+
+    from llmqueue.theory.fit import fit_staircase
+    rng = np.random.default_rng(9)
+    x = rng.integers(1, 700, 2000).astype(float)
+    y = 0.01 + 0.03 * np.ceil(x / 96) + rng.normal(0, 2e-3, x.size)
+    best = None
+    for b0 in range(1, 700):
+        s = np.ceil(x / b0)
+        if s.min() == s.max():
+            continue
+        a, c = np.polyfit(s, y, 1)
+        sse = float(((y - c - a * s) ** 2).sum())
+        if best is None or sse < best[0] - 1e-12 * float(((y - y.mean()) ** 2).sum()):
+            best = (sse, b0)
+    fit = fit_staircase(x, y)
+    assert fit.model.b0 == best[1] == 96
+    assert fit.sse == pytest.approx(best[0], rel=1e-9)

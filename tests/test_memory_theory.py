@@ -9,6 +9,7 @@ import pytest
 from llmqueue import theory
 from llmqueue.models.latency import Constant, Staircase, StepModel
 from llmqueue.theory import memory as mem
+from llmqueue.theory import wait
 
 GIB = 2**30
 
@@ -102,28 +103,28 @@ def test_7_8_3_formulas():
 
 
 def test_7_8_3_wait_quota_and_capacity():
-    assert mem.wait_thresholds([(20, 200, 1)], 100_000) == [4]
-    assert mem.wait_thresholds([(20, 200, 1)], 100_000, block_size=16) == [3]
+    assert wait.wait_thresholds([(20, 200, 1)], 100_000) == [4]
+    assert wait.wait_thresholds([(20, 200, 1)], 100_000, block_size=16) == [3]
     assert LINEAR.tokens_time(4 * 220) == pytest.approx(0.0376)
-    assert mem.lambda_wait([(20, 200, 1)], [4], LINEAR) == pytest.approx(106.38, abs=0.005)
+    assert wait.lambda_wait([(20, 200, 1)], [4], LINEAR) == pytest.approx(106.38, abs=0.005)
     assert 4 * mem.kv_area(20, 200) == 96_480  # WAIT(4)'s steady KV
 
 
 def test_wait_thresholds_mix_headroom_and_floor_of_one():
     # hand: g(10, 10) = 11*10 + 55 = 165, g(0, 1) = 0 + 1 = 1;
     # sum p g = 0.5*165 + 0.5*1 = 83; (1000 - 4) * 0.5 / 83 = 6.0 -> 6 each
-    assert mem.wait_thresholds([(10, 10, 1), (0, 1, 1)], 1000, headroom=4) == [6, 6]
+    assert wait.wait_thresholds([(10, 10, 1), (0, 1, 1)], 1000, headroom=4) == [6, 6]
     # weights are relative: p = (3, 1): 996 * 3 / (3*165 + 1) = 6.02 -> 6; 996 / 496 -> 2
-    assert mem.wait_thresholds([(10, 10, 3), (0, 1, 1)], 1000, headroom=4) == [6, 2]
+    assert wait.wait_thresholds([(10, 10, 3), (0, 1, 1)], 1000, headroom=4) == [6, 2]
     # a tiny cache still gives a quota of 1
-    assert mem.wait_thresholds([(10, 10, 1)], 10) == [1]
+    assert wait.wait_thresholds([(10, 10, 1)], 10) == [1]
 
 
 def test_lambda_wait_prices_the_steady_batch():
     # StepModel: 2 quotas of (100, 3) -> decode 6, prefill 200 tokens:
     # 0.005 + 0.0008*6 + 0.00002*200 + 0.0003*200**0.6
     t = 0.005 + 0.0048 + 0.004 + 0.0003 * 200 ** 0.6
-    assert mem.lambda_wait([(100, 3, 1)], [2], StepModel()) == pytest.approx(2 / t)
+    assert wait.lambda_wait([(100, 3, 1)], [2], StepModel()) == pytest.approx(2 / t)
 
 
 # --- SPEC 7.6 areas ----------------------------------------------------------
@@ -239,17 +240,17 @@ def test_kv_capacity_tokens_7_8_6_and_8_4():
     (lambda: mem.kv_area_blocks(10, 1, 0), "block_size must be an integer >= 1"),
     (lambda: mem.mean_kv_area(-1, 10), "mean_vp must be"),
     (lambda: mem.mean_kv_area(1, 10, var_vd=-1), "var_vd must be"),
-    (lambda: mem.wait_thresholds([(20, 200, 0)], 1000), "p must be a finite number > 0"),
-    (lambda: mem.wait_thresholds([(20, 200, -1)], 1000), "p must be a finite number > 0"),
-    (lambda: mem.wait_thresholds([(20, -2, 1)], 1000), "vd must be"),
-    (lambda: mem.wait_thresholds([(20, 200)], 1000), "types must hold"),
-    (lambda: mem.wait_thresholds([], 1000), "types must hold"),
-    (lambda: mem.wait_thresholds([(20, 200, 1)], 0), "M must be an integer >= 1"),
-    (lambda: mem.wait_thresholds([(20, 200, 1)], 1000, block_size=0),
+    (lambda: wait.wait_thresholds([(20, 200, 0)], 1000), "p must be a finite number > 0"),
+    (lambda: wait.wait_thresholds([(20, 200, -1)], 1000), "p must be a finite number > 0"),
+    (lambda: wait.wait_thresholds([(20, -2, 1)], 1000), "vd must be"),
+    (lambda: wait.wait_thresholds([(20, 200)], 1000), "types must hold"),
+    (lambda: wait.wait_thresholds([], 1000), "types must hold"),
+    (lambda: wait.wait_thresholds([(20, 200, 1)], 0), "M must be an integer >= 1"),
+    (lambda: wait.wait_thresholds([(20, 200, 1)], 1000, block_size=0),
      "block_size must be an integer >= 1"),
-    (lambda: mem.wait_thresholds([(20, 200, 1)], 1000, headroom=1000), "headroom must be"),
-    (lambda: mem.lambda_wait([(20, 200, 1)], [4, 1]), "n must give one quota per type"),
-    (lambda: mem.lambda_wait([(20, 200, 1)], [0]), "n must be an integer >= 1"),
+    (lambda: wait.wait_thresholds([(20, 200, 1)], 1000, headroom=1000), "headroom must be"),
+    (lambda: wait.lambda_wait([(20, 200, 1)], [4, 1]), "n must give one quota per type"),
+    (lambda: wait.lambda_wait([(20, 200, 1)], [0]), "n must be an integer >= 1"),
     (lambda: mem.lambda_joint(0, 20, 200, 24_120, 512), "M must be"),
     (lambda: mem.lambda_joint(1000, 20, 200, 24_120, 0), "bmax must be an integer >= 1"),
     (lambda: mem.lambda_joint(1000, 20, 200, 24_120, 512, kmax=0), "kmax must be"),
@@ -273,8 +274,11 @@ def test_bad_inputs_name_the_parameter(call, fragment):
 
 
 def test_public_names_are_exported():
-    for name in ("kv_area", "mu_mem", "lambda_joint", "wait_thresholds",
-                 "kv_bytes_per_token", "kv_capacity_tokens", "lambda_wait", "mu_mix",
-                 "lambda_kmax", "kv_area_min", "kv_area_blocks", "JointCapacity"):
+    for name in ("kv_area", "mu_mem", "lambda_joint", "kv_bytes_per_token",
+                 "kv_capacity_tokens", "mu_mix", "lambda_kmax", "kv_area_min", "kv_area_blocks",
+                 "JointCapacity"):
         assert getattr(theory, name) is getattr(mem, name)
+        assert name in theory.__all__
+    for name in ("wait_thresholds", "lambda_wait", "nested_wait_quotas"):
+        assert getattr(theory, name) is getattr(wait, name)
         assert name in theory.__all__

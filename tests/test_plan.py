@@ -102,7 +102,7 @@ def test_infeasible_slo_before_any_simulation():
 @pytest.mark.parametrize("kwargs, name", [
     (dict(target=1.0), "target"), (dict(target=0), "target"), (dict(reps=1), "reps"),
     (dict(router="nearest"), "router"), (dict(mode="mean"), "mode"),
-    (dict(slo=SLO(tbt=0.1)), "tbt"), (dict(slo=SLO(sched_delay=0.1)), "sched_delay"),
+    (dict(slo=SLO()), "slo"), (dict(slo={"chat": E85}), "no classes"),
     (dict(n_requests=1), "n_requests"), (dict(engines=0), "engines")])
 def test_bad_input_names_the_parameter(kwargs, name):
     slo = kwargs.pop("slo", E85)
@@ -165,7 +165,7 @@ def test_cli_infeasible_and_bad_input(capsys):
     assert main(args + ["--ttft", "0.01"]) == 0
     assert "infeasible" in capsys.readouterr().out
     assert main(args + ["--ttft", "1", "--target", "1.5"]) == 2
-    assert main(args + ["--ttft", "1", "--tbt", "0.2"]) == 2
+    assert main(args + ["--ttft", "1", "--tbt", "-0.2"]) == 2
     assert main(args + ["--ttft", "1", "--set", "vd=uniform:9"]) == 2
 
 

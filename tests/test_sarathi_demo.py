@@ -84,7 +84,8 @@ def test_spec_demo_tpot_gain_exceeds_five_percent(spec_run):
 def test_sarathi_demo_cli_json_contract(capsys):
     assert main(["run", "sarathi-demo", "--set", "count=40", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["label"] for r in doc["rows"]] == ["whole-prefill", "chunked"]
+    assert [r["label"] for r in doc["rows"]] == ["whole-prefill", "chunked",
+                                                 "whole-prefill-notebook"]
     assert len(doc["checks"]) == 4 and {"name", "passed", "detail"} <= set(doc["checks"][0])
     assert all(r["completed"] == 40 for r in doc["rows"])
 
@@ -112,3 +113,33 @@ def test_demo_policies_match_the_reference_engine(policy, bmax):
                       batches=True)
     batches, _ = run_reference(stream, policy, bmax=bmax, kmax=demo.KMAX, latency=q.StepModel())
     assert fast.batch_log == batches
+
+
+def test_the_notebook_baseline_charges_the_decoders_that_wait():
+    """SPEC 6.6 ``baseline=notebook``: while a whole prompt runs alone, the step
+    model also charges 0.8 ms for each decoder left waiting.  By hand: request 0
+    (10 + 50 tokens) is decoding when request 1 (1000 + 5) arrives; request 1's
+    prompt runs alone, with one decoder waiting."""
+    from llmqueue.models.latency import StepModel
+    wl = q.from_list([(0.0, 10, 50), (0.03, 1000, 5)])
+    plain, notebook = (q.simulate(wl, q.WholePrefill(), bmax=None, kmax=16, batches=True,
+                                  latency=StepModel(charge_waiting=charge)).batch_log
+                       for charge in (False, True))
+    prompt = 0.005 + 0.00002 * 1000 + 0.0003 * 1000 ** 0.6
+    longs = [(p.duration / 1e9, n.duration / 1e9) for p, n in zip(plain, notebook)
+             if p.prefill_tokens == 1000]
+    assert len(longs) == 1
+    assert longs[0][0] == pytest.approx(prompt, abs=1e-9)
+    assert longs[0][1] == pytest.approx(prompt + 0.0008, abs=1e-9)
+    decodes = [(p.duration, n.duration) for p, n in zip(plain, notebook) if p.prefill_tokens == 0]
+    assert all(a == b for a, b in decodes)  # a decode step serves every decoder: same cost
+
+
+def test_the_demo_reports_both_baselines_and_checks_the_one_asked_for(capsys):
+    from llmqueue.cli.main import main
+    assert main(["run", "sarathi-demo", "--set", "baseline=notebook", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert set(rows) == {"whole-prefill", "chunked", "whole-prefill-alone"}
+    assert rows["whole-prefill"]["tpot_p99"] > rows["whole-prefill-alone"]["tpot_p99"]
+    assert rows["chunked"]["tpot_p99"] < rows["whole-prefill"]["tpot_p99"]

@@ -15,7 +15,8 @@ from llmqueue.models.arrivals import Renewal
 from llmqueue.models.workload import compose
 from llmqueue.policies import IDLE, SimpleView, Wait, make_policy
 from llmqueue.policies.view import Request, check_plan
-from llmqueue.theory.memory import kv_area, nested_wait_quotas, wait_thresholds
+from llmqueue.theory.memory import kv_area
+from llmqueue.theory.wait import nested_wait_quotas, wait_thresholds
 
 ONE = q.Constant(1.0)
 
@@ -301,7 +302,7 @@ def test_wait4_saturated_serves_lambda_wait():
     # SPEC 7.8.3: t = 0.02 + 2e-5 b, arrivals above capacity: lambda_WAIT =
     # 4 / t(4 * 220) = 106.38 req/s with no preemption
     from llmqueue.models.arrivals import Poisson
-    from llmqueue.theory.memory import lambda_wait
+    from llmqueue.theory.wait import lambda_wait
     latency = q.Staircase(0.02, 2e-5, 1)
     workload = compose(Poisson(110.0), 20, 200, seed=1, initial=500)
     s = q.simulate(workload, Wait(4), bmax=None, kmax=None, latency=latency, horizon=300,

@@ -7,8 +7,10 @@ The engine and workload are ``--set`` parameters of ``run single``
 ``model``, ``tp``, ``efficiency``, and ``vp``/``vd`` as size laws: ``N``,
 ``uniform:LO:HI``, ``geometric:MEAN``, ``lognormal:MEAN:CV``,
 ``empirical:FILE``), read as ``run single`` reads them, with
-``arrival=poisson|gamma:CV`` (Poisson by default).  An SLO infeasible at zero
-load is a statement, not an error (exit 0).
+``arrival=poisson|gamma:CV`` (Poisson by default), and the KV cache keys
+(``kv=TOKENS|auto``, ...), which add the memory bound ``lambda_kv``.  ``--tbt``
+gates each request's largest inter-token gap.  An SLO infeasible at zero load
+is a statement, not an error (exit 0).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from llmqueue.sweeps.executors import open_executor
 from llmqueue.theory.slo import SLO
 
 #: Keys of `run single` a plan does not take: it searches the rate and draws its
-#: own requests, and it has no KV cache yet.
-REFUSED = ("rate", "gap", "initial", "kv")
+#: own requests.
+REFUSED = ("rate", "gap", "initial")
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> None:
@@ -72,13 +74,13 @@ def configure(pairs: List[str]) -> tuple:
         values[key.strip()] = value.strip()
     for key in REFUSED:
         if key in values:
-            why = "it has no KV cache yet" if key == "kv" else \
-                "the plan searches the rate and draws its own requests"
-            raise ValueError(f"{key} cannot be set for plan: {why}")
+            raise ValueError(f"{key} cannot be set for plan: the plan searches the rate "
+                             "and draws its own requests")
     arrival = values.pop("arrival", "poisson")
     p = experiments.REGISTRY["single"].resolve(values)
     kw = engine_kwargs(p)
-    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], kw["latency"], kw["chunked"])
+    engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], kw["latency"], kw["chunked"],
+                        kw["kv"])
     traffic = Traffic(size_law("vp", p["vp"]), size_law("vd", p["vd"]), arrival_cv(arrival))
     return engine, traffic
 
@@ -92,7 +94,8 @@ def _row(r: PlanResult) -> Dict[str, Any]:
     cost = r.cost
     return {"label": f"{r.config['scheduler']} bmax={r.config['bmax']} "
                      f"kmax={r.config['kmax']}",
-            "lambda_tok": b.lambda_tok, "lambda_slot": b.lambda_slot, "A_0": b.attainment_zero_load,
+            "lambda_tok": b.lambda_tok, "lambda_slot": b.lambda_slot, "lambda_kv": b.lambda_kv,
+            "A_0": b.attainment_zero_load,
             "goodput": f"{r.goodput:.4g} [{r.lo:.4g}, {r.hi:.4g}]",
             "crossing": r.crossing, "per_gpu": r.per_gpu_goodput,
             "A_lo": f"{_fmt(at.get('attainment'), '{:.3f}')} +- {_fmt(at.get('hw'), '{:.3f}')}",
@@ -105,6 +108,7 @@ def _row(r: PlanResult) -> Dict[str, Any]:
 
 
 COLUMNS = [("lambda_tok", "lambda_tok", "{:.4g}"), ("lambda_slot", "lambda_slot", "{:.4g}"),
+           ("lambda_kv", "lambda_kv", "{:.4g}"),
            ("A_0", "A_0", "{:.3f}"), ("goodput", "goodput [lo, hi]", "{}"),
            ("crossing", "crossing", "{:.4g}"), ("per_gpu", "per GPU", "{:.4g}"),
            ("A_lo", "A at lo", "{}"), ("ttft_p90", "TTFT p90 s", "{:.3f}"),

@@ -272,6 +272,7 @@ class MemoryResidents(Residents):
             rec.redo = False
             self.redo.pop(id(r), None)
         if r.prefill_left == 0:
+            self._leave_decoders(r)
             self.decoding.remove(r)
             self._phase_remove(r)
             self._heap = [e for e in self._heap if e[2] is not r]
@@ -316,8 +317,8 @@ class MemoryResidents(Residents):
                     total += 1
         return total
 
-    def apply(self, plan: Plan, k: int, start: int, t: int
-              ) -> Tuple[List[Request], List[Request]]:
+    def apply(self, plan: Plan, k: int, start: int, t: int,
+              times: Optional[Sequence[int]] = None) -> Tuple[List[Request], List[Request]]:
         """Apply ``k`` identical iterations, keeping the memory records (``k > 1``
         only for runs without recompute, as the scheduler makes them)."""
         n, cs = self.iterations, self._clock_sum
@@ -340,7 +341,7 @@ class MemoryResidents(Residents):
                 else:
                     rec.area += (r.vp + r.vd - r.prefill_left - r.end_mark) * dn
         c0 = clock[0]
-        prefilled, finished = super().apply(plan, k, start, t)
+        prefilled, finished = super().apply(plan, k, start, t, times)
         if prefilled:
             self.started_prefilling -= len(prefilled)  # served, so started
         self.iterations = n = n + k

@@ -229,7 +229,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             prefill += tokens
         requests = decode + len(plan.prefill)
         residents.used_tokens += decode + prefill
-        t = engine.batch_ticks(decode, prefill, requests)
+        t = engine.batch_ticks(decode, prefill, requests, plan)
         if choice.moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
             cost = to_ticks(kv.swap_seconds_per_token * choice.moved)
             memory.swap_ticks += cost

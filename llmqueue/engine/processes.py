@@ -13,6 +13,14 @@
   and the next ``k`` iterations are provably identical (nothing is admitted,
   finishes or changes phase before the last of them starts), it yields one
   timeout of ``k * t_b`` instead (exact skip-ahead).
+* A latency model that ``needs_context`` (the roofline) is given each
+  iteration's :class:`~llmqueue.models.context.BatchContext` (SPEC 8.2), built
+  from the residents' running sums.  Its iterations differ even when their
+  batch is the same (every decoder holds one more token each time), so a
+  skipped run of ``k`` iterations sums each iteration's own time, in order
+  (``batch_times`` when the model has it), and ends at the last iteration that
+  starts before the next event, exactly as stepping would.  With a KV cache,
+  context models step every iteration.
 
 With a KV cache (``kv=KV(...)``) the residents are a
 :class:`~llmqueue.engine.kv_residents.MemoryResidents`, the scheduler process
@@ -30,13 +38,14 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from typing import Deque, Dict, Generator, Hashable, Optional, Tuple
+from typing import Deque, Dict, Generator, Hashable, List, Optional, Tuple
 
 import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks
+from llmqueue.engine.context_runs import context_run
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
@@ -47,8 +56,9 @@ from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.residents import Residents
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import BUILTIN, Policy, WholePrefill
-from llmqueue.policies.view import Request, check_plan
+from llmqueue.policies.view import Plan, Request, check_plan
 from llmqueue.policies.wait import Wait
+from llmqueue.theory.bounds import needs_context
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
 #: decisions come after both (every iteration end, release and admission of the
@@ -107,6 +117,9 @@ class Engine:
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
         self.residents: Residents = Residents() if kv is None else memory_residents(kv)
+        self.residents.tokens = self.recorder.tokens
+        #: the latency model reads each iteration's batch context (SPEC 8.2)
+        self.contexts = needs_context(self.latency)
         # every plan is checked but the package's own policies' (a subclass is checked
         # too); WAIT's batches hold every decoder, so checking them would double a run
         self._check = type(self.policy) not in tuple(BUILTIN.values()) + (Wait,)
@@ -258,14 +271,28 @@ class Engine:
         key = (decode, prefill, requests)
         t = self._ticks.get(key)
         if t is None:
-            t = to_ticks(self.latency.batch_time(decode, prefill, requests))
-            if t <= 0:
-                raise ValueError(f"latency model {self.latency!r} gave a batch time <= 0 "
-                                 f"for {decode} decode + {prefill} prefill tokens; "
-                                 "allowed: > 0 seconds")
+            t = self._positive(to_ticks(self.latency.batch_time(decode, prefill, requests)),
+                               decode, prefill)
             if len(self._ticks) > 100_000:
                 self._ticks.clear()
             self._ticks[key] = t
+        return t
+
+    def _plan_ticks(self, decode: int, prefill: int, requests: int,
+                    plan: Optional[Plan] = None) -> int:
+        """Length of one iteration of ``plan`` (``decode``, ``prefill`` tokens of
+        ``requests`` requests), in ticks: with its context for a context model."""
+        if not self.contexts or plan is None:
+            return self._batch_ticks(decode, prefill, requests)
+        seconds = self.latency.batch_time(  # type: ignore[call-arg]
+            decode, prefill, requests, context=self.residents.context(plan))
+        return self._positive(to_ticks(seconds), decode, prefill)
+
+    def _positive(self, t: int, decode: int, prefill: int) -> int:
+        if t <= 0:
+            raise ValueError(f"latency model {self.latency!r} gave a batch time <= 0 "
+                             f"for {decode} decode + {prefill} prefill tokens; "
+                             "allowed: > 0 seconds")
         return t
 
     def _repeats(self, plan, t: int) -> int:
@@ -281,10 +308,13 @@ class Engine:
             k = min(k, (self.until - now_ticks(env) - 1) // t)
         return max(k, 1)
 
-    #: How many identical iterations of a plan may run as one (the KV scheduler asks too).
-    repeats = _repeats
-    #: Length of one iteration of a batch, in ticks.
-    batch_ticks = _batch_ticks
+    def repeats(self, plan: Plan, t: int) -> int:
+        """How many identical iterations of a plan may run as one, for the KV
+        scheduler: 1 under a context model (its iterations differ)."""
+        return 1 if self.contexts else self._repeats(plan, t)
+
+    #: Length of one iteration of a batch (with its plan: a context model sees it), in ticks.
+    batch_ticks = _plan_ticks
     #: An event after everything else of the current instant (batch choices wait for it).
     end_of_instant = _end_of_instant
 
@@ -320,12 +350,20 @@ class Engine:
             for _, tokens in plan.prefill:
                 prefill += tokens
             requests = decode + len(plan.prefill)
-            t = self._batch_ticks(decode, prefill, requests)
-            k = self._repeats(plan, t) if self.skip_ahead else 1
             start = now_ticks(env)
-            recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-            yield env.timeout(k * t)
-            prefilled, finished = residents.apply(plan, k, start, t)
+            if self.contexts:
+                times: Optional[List[int]] = context_run(self, plan, decode, prefill, requests)
+                t, k = times[0], len(times)  # type: ignore[index, arg-type]
+                if k == 1:
+                    times = None
+            else:
+                t = self._batch_ticks(decode, prefill, requests)
+                k = self._repeats(plan, t) if self.skip_ahead else 1
+                times = None
+            recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand,
+                               times)
+            yield env.timeout(k * t if times is None else sum(times))
+            prefilled, finished = residents.apply(plan, k, start, t, times)
             now = now_ticks(env)
             recorder.commit(now)
             for r in prefilled:

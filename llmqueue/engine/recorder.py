@@ -8,12 +8,21 @@ the request log and the pending/backlog series are kept only when asked for.
 A run of ``k`` identical iterations is announced with :meth:`Recorder.start_run`
 and committed lazily: an arrival in the middle of it first commits the
 iterations that ended by then, so every figure is what stepping one
-iteration at a time would give.
+iteration at a time would give.  Under a context-aware latency model the
+iterations of a run hold the same requests but last different times
+(``times``); they are committed one by one from their end times.
+
+Each request's scheduling delay and largest inter-token gap, and the histogram
+of every gap, come from :class:`~llmqueue.engine.tokens.TokenTimes`
+(:attr:`Recorder.tokens`), which the residents tell of every token.  That costs
+a few microseconds per request, so it is kept with the request log (or when
+asked with ``tokens=True``); without it those figures are ``None``.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
@@ -21,6 +30,7 @@ import numpy as np
 
 from llmqueue.common.units import ceil_div, to_seconds
 from llmqueue.engine.results import Batch, Summary
+from llmqueue.engine.tokens import TokenTimes
 from llmqueue.policies.view import Plan, Request
 from llmqueue.theory.drift import edge_slope
 
@@ -38,13 +48,15 @@ class _Run:
     requests: int
     demand: int
     done: int = 0
+    ends: Optional[List[int]] = None
+    """End time of each iteration when they differ (else every one is ``t``)."""
 
 
 class Recorder:
     """Running figures of one engine."""
 
     def __init__(self, bmax: int, batches: bool = False, requests: bool = False,
-                 timeseries: bool = False) -> None:
+                 timeseries: bool = False, tokens: Optional[bool] = None) -> None:
         self.bmax = bmax
         self.arrivals = 0
         self.completed = 0
@@ -70,6 +82,16 @@ class Recorder:
         self.ttft = array("d")
         self.tpot = array("d")
         self.e2e = array("d")
+        self.tbt = array("d")
+        """Largest inter-token gap (s) of each finished request with vd > 1."""
+        self.sched_delay = array("d")
+        """Scheduling delay (s) of each finished request."""
+        self.tokens = TokenTimes() if (requests if tokens is None else tokens) else None
+        """Token timing: scheduling delays, gaps (shared with the engine's residents;
+        None unless the request log is kept or ``tokens`` is true)."""
+        self.latencies: Optional[Dict[Request, Tuple[Optional[int], Optional[int]]]] = \
+            {} if requests and self.tokens is not None else None
+        """``(first scheduled, tbt_max)`` ticks of each finished request, when kept."""
         self.batch_log: Optional[List[Batch]] = [] if batches else None
         self.request_log: Optional[List[Request]] = [] if requests else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
@@ -125,9 +147,24 @@ class Recorder:
         self._mark(now)
 
     def start_run(self, start: int, t: int, k: int, plan: Plan, decode: int,
-                  prefill: int, requests: int, demand: int) -> None:
-        """``k`` iterations of ``plan``, each ``t`` long, begin at ``start``."""
+                  prefill: int, requests: int, demand: int,
+                  times: Optional[List[int]] = None) -> None:
+        """``k`` iterations of ``plan``, each ``t`` long (or ``times[j]`` long),
+        begin at ``start``.  A request whose first prompt chunk is among them is
+        scheduled now (a request without prompt: at its first decode, when
+        the iteration is applied)."""
+        tokens = self.tokens
+        if tokens is not None:
+            for r, _ in plan.prefill:
+                if r.prefill_left == r.vp:
+                    tokens.schedule(r, start)
         self._run = _Run(start, t, k, decode, prefill, requests, demand)
+        if times is not None:
+            ends, at = [], start
+            for tj in times:
+                at += tj
+                ends.append(at)
+            self._run.ends = ends
         if self.batch_log is not None:
             self._members = (tuple(r.rid for r in plan.decode),
                              tuple((r.rid, n) for r, n in plan.prefill))
@@ -136,6 +173,9 @@ class Recorder:
         """Account for the iterations of the current run that ended by ``now``."""
         run = self._run
         if run is None:
+            return
+        if run.ends is not None:
+            self._commit_times(run, now)
             return
         start, t, k, done = run.start, run.t, run.k, run.done
         decode, prefill = run.decode, run.prefill
@@ -156,8 +196,57 @@ class Recorder:
             final = self.backlog
             for i in range(n):
                 self._mark(first_end + i * t, final + (n - 1 - i) * b)
+        self._count(run, n, n * t)
+        if self.batch_log is not None:
+            rids, chunks = self._members
+            self.batch_log.extend(Batch(start + i * t, t, prefill, decode, run.requests, rids,
+                                        chunks) for i in range(done, done + n))
+        run.done = done + n
+        if done + n == k:
+            self._run = None
+
+    def _commit_times(self, run: _Run, now: int) -> None:
+        """:meth:`commit` for a run whose iterations last different times."""
+        ends, done = run.ends, run.done
+        assert ends is not None
+        n = min(run.k, bisect_right(ends, now)) - done
+        if n <= 0:
+            return
+        b = run.decode + run.prefill
+        begin = ends[done - 1] if done else run.start
+        last = done + n - 1
+        self._advance(ends[done])
+        self.backlog -= b
+        if n > 1:
+            backlog, area = self.backlog, 0
+            for i in range(done + 1, last + 1):
+                area += (ends[i] - ends[i - 1]) * backlog
+                backlog -= b
+            self._pending_area += self.pending * (ends[last] - ends[done])
+            self._backlog_area += area
+            self.backlog = backlog
+            self._t = ends[last]
+        if self.series is not None:
+            final = self.backlog
+            for i in range(n):
+                self._mark(ends[done + i], final + (n - 1 - i) * b)
+        self._count(run, n, ends[last] - begin)
+        if self.batch_log is not None:
+            rids, chunks = self._members
+            self.batch_log.extend(
+                Batch(ends[i - 1] if i else run.start, ends[i] - (ends[i - 1] if i else run.start),
+                      run.prefill, run.decode, run.requests, rids, chunks)
+                for i in range(done, last + 1))
+        run.done = last + 1
+        if run.done == run.k:
+            self._run = None
+
+    def _count(self, run: _Run, n: int, busy: int) -> None:
+        """Count ``n`` more iterations of ``run`` (``busy`` ticks in all)."""
+        decode, prefill, done = run.decode, run.prefill, run.done
+        b = decode + prefill
         self.batches += n
-        self.busy += n * t
+        self.busy += busy
         self.decode_tokens += n * decode
         self.prefill_tokens += n * prefill
         if decode:
@@ -169,13 +258,6 @@ class Recorder:
         else:
             self.prefill_only += n
         self.wc_violations += _violations(done, n, b, self.bmax, run.demand, prefill)
-        if self.batch_log is not None:
-            rids, chunks = self._members
-            self.batch_log.extend(Batch(start + i * t, t, prefill, decode, run.requests, rids,
-                                        chunks) for i in range(done, done + n))
-        run.done = done + n
-        if done + n == k:
-            self._run = None
 
     def finish(self, now: int, r: Request) -> None:
         """Request ``r`` produced its last token at ``now``."""
@@ -188,6 +270,14 @@ class Recorder:
         self.e2e.append(to_seconds(done - r.arrival))
         if r.vd > 1:
             self.tpot.append(to_seconds(done - first) / (r.vd - 1))
+        if self.tokens is not None:
+            scheduled, gap = self.tokens.finish(r)
+            if scheduled is not None:
+                self.sched_delay.append(to_seconds(scheduled - r.arrival))
+            if r.vd > 1:
+                self.tbt.append(to_seconds(gap))
+            if self.latencies is not None:
+                self.latencies[r] = (scheduled, gap if r.vd > 1 else None)
         if self.request_log is not None:
             self.request_log.append(r)
         self._mark(now)
@@ -212,6 +302,9 @@ class Recorder:
         self.mixed = self.decode_only = self.prefill_only = self.busy = 0
         self.wc_violations = 0
         self.ttft, self.tpot, self.e2e = array("d"), array("d"), array("d")
+        self.tbt, self.sched_delay = array("d"), array("d")
+        if self.tokens is not None:
+            self.tokens.restart()
         if self.memory is not None:
             self.memory.restart(now)
 
@@ -234,6 +327,9 @@ class Recorder:
         slope, slope_se = edge_slope([t for t, _ in self.windows],
                                      [b for _, b in self.windows])
         tpot = percentiles(self.tpot)
+        tokens = self.tokens
+        tbt = tuple(None if tokens is None else tokens.quantile(q / 100) for q in QUANTILES)
+        sched = percentiles(self.sched_delay)
         return Summary.of_run(**{
             "arrivals": self.arrivals,
             "completed": self.completed,
@@ -256,6 +352,9 @@ class Recorder:
                                         / to_seconds(span) if span else None),
             "ttft_p50": ttft[0], "ttft_p90": ttft[1], "ttft_p99": ttft[2],
             "tpot_p50": tpot[0], "tpot_p90": tpot[1], "tpot_p99": tpot[2],
+            "tbt_p50": tbt[0], "tbt_p90": tbt[1], "tbt_p99": tbt[2],
+            "sched_delay_p50": sched[0], "sched_delay_p90": sched[1],
+            "sched_delay_p99": sched[2],
             "e2e_mean": float(np.mean(self.e2e)) if len(self.e2e) else None,
             "non_work_conserving_batches": self.wc_violations,
             "backlog_slope": slope,

@@ -1,8 +1,10 @@
 """The reference engine: the simplest correct stepping of SPEC section 2.
 
 No SimPy, no skip-ahead, no counters: one iteration at a time, every resident
-scanned and every token counted by hand.  It is slow on purpose and exists so
-tests can check the fast engine against it, batch for batch.
+scanned and every token counted by hand (a context-aware latency model gets
+each iteration's context built from the members' own counts, SPEC 8.2).  It is
+slow on purpose and exists so tests can check the fast engine against it, batch
+for batch.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Deque, Iterable, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.results import Batch
+from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import Policy
 from llmqueue.policies.view import Request, SimpleView
@@ -72,7 +75,13 @@ def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optiona
         decode = len(plan.decode)
         prefill = sum(n for _, n in plan.prefill)
         requests = decode + len(plan.prefill)
-        t = to_ticks(latency.batch_time(decode, prefill, requests))
+        if getattr(latency, "needs_context", False):
+            context = BatchContext.of([r.vp + r.vd - r.decode_left for r in plan.decode],
+                                      [(n, r.vp - r.prefill_left) for r, n in plan.prefill])
+            t = to_ticks(latency.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
+                                            context=context))
+        else:
+            t = to_ticks(latency.batch_time(decode, prefill, requests))
         end = now + t
         if until is not None and end >= until:
             arrive_until(until, inclusive=False)  # they came before the horizon

@@ -5,6 +5,12 @@ the iterations that served every decoder, each decoder stores the clock value
 at which it finishes (``end_mark``), and a heap of those marks yields the
 finishers.  Only a partial decode batch, a prefill chunk or a phase change
 touches individual residents.
+
+The same holds for what a context-aware latency model reads (SPEC 8.2):
+``decode_sum`` is the sum over the decoders of ``vp + vd - end_mark``, so the
+tokens all decoders hold before an iteration are ``decode_sum + n * clock``
+(:meth:`Residents.context`), and the token timing of
+:mod:`llmqueue.engine.tokens` is told of each change.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 import bisect
 import itertools
 from heapq import heapify, heappop, heappush
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED
+from llmqueue.engine.tokens import TokenTimes
+from llmqueue.models.context import BatchContext
 from llmqueue.policies.view import Plan, Request
 
 
@@ -37,6 +45,11 @@ class Residents:
         self._fresh: List[Request] = []
         self._incoming: List[Request] = []
         self._next_seq = 0
+        self.decode_sum = 0
+        """Sum over the decoders of ``vp + vd - end_mark`` (their cached tokens
+        are this plus the clock each)."""
+        self.tokens: Optional[TokenTimes] = None
+        """Token timing told of every token (the engine sets it)."""
 
     def __len__(self) -> int:
         return len(self.decoding) + len(self.prefilling) + len(self._incoming)
@@ -87,6 +100,35 @@ class Residents:
         else:
             bisect.insort(decoding, r, key=_seq)
         heappush(self._heap, (r.end_mark, r.seq, r))
+        self.decode_sum += r.vp + r.vd - r.end_mark
+        if self.tokens is not None:
+            self.tokens.join(r)
+
+    def _leave_decoders(self, r: Request) -> None:
+        """``r`` is about to leave the decoders without finishing (a preemption
+        under memory; the caller takes it out of :attr:`decoding`)."""
+        self.decode_sum -= r.vp + r.vd - r.end_mark
+        if self.tokens is not None:
+            self.tokens.leave(r)
+
+    def context(self, plan: Plan) -> BatchContext:
+        """What ``plan`` holds in KV caches before it runs (SPEC 8.2): O(1) for
+        the decoders when all of them are served, else O(batch)."""
+        decode = plan.decode
+        if len(decode) == len(self.decoding):
+            decode_ctx = self.decode_sum + len(decode) * self.clock[0]
+        else:
+            decode_ctx = 0
+            for r in decode:
+                decode_ctx += r.vp + r.vd - r.end_mark + r.clock[0]
+        cached = sq = cross = 0
+        for r, n in plan.prefill:  # off the clock: decode left is end_mark
+            s = r.vp + r.vd - r.end_mark - r.prefill_left
+            cached += s
+            sq += n * n
+            cross += n * s
+        return BatchContext(decode_ctx, len(plan.prefill), cached, sq, cross,
+                            len(self.decoding) - len(decode))
 
     def _next_finish(self) -> int:
         """Smallest valid end mark, dropping stale heap entries on the way."""
@@ -111,20 +153,24 @@ class Residents:
             k = min(k, r.prefill_left // tokens)
         return k
 
-    def apply(self, plan: Plan, k: int, start: int, t: int
-              ) -> Tuple[List[Request], List[Request]]:
-        """Apply ``k`` back-to-back iterations of ``plan``, each ``t`` long, from
-        ``start``.  Return the residents whose prefill completed and those that
-        finished, with their times stamped."""
-        end = start + k * t
+    def apply(self, plan: Plan, k: int, start: int, t: int,
+              times: Optional[Sequence[int]] = None) -> Tuple[List[Request], List[Request]]:
+        """Apply ``k`` back-to-back iterations of ``plan``, each ``t`` long (or,
+        with ``times``, ``times[j]`` long: ``t`` is ``times[0]``), from ``start``.
+        Return the residents whose prefill completed and those that finished,
+        with their times stamped."""
+        end = start + (k * t if times is None else sum(times))
         finished: List[Request] = []
         decode = plan.decode
+        tokens = self.tokens
         if decode:
             first_end = start + t
             if len(decode) == len(self.decoding):
                 self.clock[0] += k
                 for r in self._fresh:
                     r.first_token = first_end
+                    if tokens is not None:
+                        tokens.schedule(r, start)
                 self._fresh = []
             else:
                 for r in decode:
@@ -132,21 +178,27 @@ class Residents:
                     heappush(self._heap, (r.end_mark, r.seq, r))
                     if r.first_token is None:
                         r.first_token = first_end
+                        if tokens is not None:
+                            tokens.schedule(r, start)
+                self.decode_sum += k * len(decode)
                 self._fresh = [r for r in self._fresh if r.first_token is None]
+            if tokens is not None:
+                tokens.decode(decode, self.decoding, k, first_end, end, t, times)
             heap, clock = self._heap, self.clock[0]
             while heap and heap[0][0] <= clock:
                 mark, _, r = heappop(heap)
                 if r.end_mark == mark and r.finished is None:
                     r.finished = end
                     finished.append(r)
+                    self.decode_sum -= r.vp + r.vd - mark
             if finished:
                 self.decoding = [r for r in self.decoding if r.finished is None]
             if len(heap) > 2 * len(self.decoding) + 64:
                 self._heap = [e for e in heap if e[2].end_mark == e[0] and e[2].finished is None]
                 heapify(self._heap)
         prefilled: List[Request] = []
-        for r, tokens in plan.prefill:
-            served = tokens * k
+        for r, chunk in plan.prefill:
+            served = chunk * k
             r.prefill_left -= served
             self.prefill_tokens -= served
             if r.prefill_left == 0:

@@ -21,6 +21,8 @@ import numpy as np
 from llmqueue.common.frames import frame
 from llmqueue.common.units import to_seconds
 from llmqueue.policies.view import Request
+from llmqueue.theory.histogram import GapHistogram
+from llmqueue.theory.slo import RequestLatency
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -66,8 +68,7 @@ class RequestTimes(NamedTuple):
     @classmethod
     def of(cls, r: Request) -> "RequestTimes":
         """The record of request ``r`` (whose times are in ns)."""
-        def s(t: Optional[int]) -> Optional[float]:
-            return None if t is None else to_seconds(t)
+        s = _seconds
         return cls(r.rid, to_seconds(r.arrival), s(r.admitted), s(r.prefill_done),
                    s(r.first_token), s(r.finished), r.vp, r.vd)
 
@@ -150,6 +151,19 @@ class Summary(Mapping[str, Any]):
     """Time per output token, 90th percentile, s."""
     tpot_p99: Optional[float] = None
     """Time per output token, 99th percentile, s."""
+    tbt_p50: Optional[float] = None
+    """Gap between two consecutive decode tokens, over every gap, median, s (exact,
+    or within 0.5 % past 4096 different lengths: SPEC 8.5's 1 % bins)."""
+    tbt_p90: Optional[float] = None
+    """Inter-token gap over every gap, 90th percentile, s."""
+    tbt_p99: Optional[float] = None
+    """Inter-token gap over every gap, 99th percentile, s (Sarathi-Serve's P99 TBT)."""
+    sched_delay_p50: Optional[float] = None
+    """Scheduling delay (first iteration with its tokens - arrival), median, s."""
+    sched_delay_p90: Optional[float] = None
+    """Scheduling delay, 90th percentile, s."""
+    sched_delay_p99: Optional[float] = None
+    """Scheduling delay, 99th percentile, s."""
     e2e_mean: Optional[float] = None
     """Mean arrival-to-finish latency of finished requests, s."""
     non_work_conserving_batches: Optional[int] = None
@@ -236,6 +250,15 @@ class Result:
     """TTFT (s) of every finished request, in finishing order."""
     tpot: Optional[np.ndarray] = None
     """TPOT (s) of every finished request with vd > 1, in finishing order."""
+    tbt_max: Optional[np.ndarray] = None
+    """Largest inter-token gap (s) of every finished request with vd > 1."""
+    sched_delay: Optional[np.ndarray] = None
+    """Scheduling delay (s) of every finished request, in finishing order."""
+    gaps: Optional[GapHistogram] = None
+    """Every inter-token gap after the warm-up, in 1 % bins (s)."""
+    token_times: Optional[Dict[Request, Tuple[Optional[int], Optional[int]]]] = None
+    """With ``requests=True``: ``(first scheduled, tbt_max)`` in ns of each
+    finished request (``tbt_max`` None at vd = 1)."""
     kv_log: Optional[List[Any]] = None
     """With a KV cache and ``batches=True``: a ``KVBatch`` per iteration, aligned
     with :attr:`batch_log` (KV after allocation, preemptions, recompute, starts)."""
@@ -301,6 +324,18 @@ class Result:
         rows = np.array(self.kv_series, dtype=float).reshape(-1, 3)
         return rows[:, 0] / 1e9, rows[:, 1], rows[:, 2]
 
+    def latencies(self) -> List[RequestLatency]:
+        """Every request that arrived, by id, as the records SLO attainment reads
+        (:func:`llmqueue.theory.slo.attainment`): TTFT, TPOT, largest gap, E2E,
+        scheduling delay (s), whether it finished, and its class."""
+        log = _need(self.request_log, "requests")
+        kept = self.token_times or {}
+        s = _seconds
+        return [RequestLatency.from_times(to_seconds(r.arrival), s(r.first_token), s(r.finished),
+                                          r.vd, s(kept.get(r, (None, None))[0]),
+                                          s(kept.get(r, (None, None))[1]), r.klass)
+                for r in sorted(log, key=lambda r: r.rid)]
+
     def requests(self) -> List[RequestTimes]:
         """Every request that arrived, by id, times in seconds."""
         log = _need(self.request_log, "requests")
@@ -351,6 +386,10 @@ class Result:
             out.writerow(["time", "pending", "backlog"])
             for t, pending, backlog in series:
                 out.writerow([to_seconds(t), pending, backlog])
+
+
+def _seconds(t: Optional[int]) -> Optional[float]:
+    return None if t is None else to_seconds(t)
 
 
 def _need(log: Optional[List], name: str) -> List:

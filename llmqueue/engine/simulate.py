@@ -37,9 +37,13 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
 
     The run ends at ``horizon`` seconds, or, without one, when every request of
     a finite workload has arrived and finished.  ``batches``, ``requests`` and
-    ``timeseries`` keep the logs of those names.  ``warmup`` seconds at the
-    start are left out of the summary (warm-up deletion): its figures, and
-    the backlog drift windows, cover ``[warmup, horizon]``.  ``max_pending``
+    ``timeseries`` keep the logs of those names (``requests`` also keeps each
+    request's scheduling delay and largest inter-token gap, and the histogram
+    of every gap behind the summary's ``tbt_p*``: :meth:`Result.latencies`
+    gives the records SLO attainment reads; without it those are ``None``).
+    ``warmup`` seconds at the start are left out of the summary (warm-up
+    deletion): its figures, and the backlog drift windows, cover ``[warmup,
+    horizon]``.  ``max_pending``
     stops the run as soon as more requests are pending: the summary's verdict
     is then ``diverged`` and ``diverged_at`` the time (s).
 
@@ -127,6 +131,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
             summary = summary.with_figures(threshold_error=memory.preemptions)
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   np.array(recorder.ttft), np.array(recorder.tpot),
+                  np.array(recorder.tbt), np.array(recorder.sched_delay),
+                  None if recorder.tokens is None else recorder.tokens.gaps(),
+                  recorder.latencies,
                   kv_log=memory.log if memory is not None else None,
                   kv_series=memory.series if memory is not None else None)
 

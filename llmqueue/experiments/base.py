@@ -22,7 +22,7 @@ from llmqueue.models.latency import LatencyModel
 from llmqueue.models.sizes import SizeLaw, mean_chunks
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
-from llmqueue.theory import memory
+from llmqueue.theory import memory, wait
 
 Rows = List[Tuple[str, Result]]
 """An experiment's output: ``(label, result)`` per row."""
@@ -157,7 +157,7 @@ def engine_kwargs(p: Mapping[str, Any]) -> Dict[str, Any]:
 
 def policy_of(p: Mapping[str, Any], kv: Optional[KV]) -> object:
     """The policy ``p["scheduler"]`` names; ``wait`` becomes ``Wait(n=wait_n)``,
-    with ``n`` from :func:`~llmqueue.theory.memory.wait_thresholds` (the cache
+    with ``n`` from :func:`~llmqueue.theory.wait.wait_thresholds` (the cache
     less its watermark) when ``wait_n`` is none and ``vp``, ``vd`` are fixed.
     ``wait_n`` with another scheduler is an error, never ignored."""
     n = p.get("wait_n")
@@ -167,7 +167,7 @@ def policy_of(p: Mapping[str, Any], kv: Optional[KV]) -> object:
         return p["scheduler"]
     vp, vd = p.get("vp"), p.get("vd")
     if n is None and kv is not None and isinstance(vp, int) and isinstance(vd, int):
-        n = memory.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+        n = wait.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
                                    block_size=kv.block_size)[0]
     return Wait(n=n)
 
@@ -248,12 +248,12 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     figures: Dict[str, Any] = {"kv_capacity": kv.tokens, "kv_area": g, "b_star": b_mem}
     if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
         share = memory.delta(vp + vd, kv.tokens)
-        n = memory.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+        n = wait.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
                                    block_size=kv.block_size)
         whole = (memory.kv_area(vp, vd) if kv.block_size == 1
                  else memory.kv_area_blocks(vp, vd, kv.block_size))
         figures.update(delta=share, wait_n=n[0], wait_kv=n[0] * whole,
-                       lambda_wait=memory.lambda_wait([(vp, vd, 1)], n, latency))
+                       lambda_wait=wait.lambda_wait([(vp, vd, 1)], n, latency))
     if bmax is None:
         figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(latency, b_mem)),
                        binding="memory")

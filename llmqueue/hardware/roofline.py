@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from llmqueue.common import validation
 from llmqueue.hardware.efficiency import Efficiency
@@ -35,6 +37,8 @@ from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import Staircase
 from llmqueue.theory.fit import fit_staircase
 
+#: Runs of at least this many iterations are priced with numpy (:meth:`Roofline.batch_times`).
+VECTOR = 32
 #: The terms of :class:`Breakdown`, in the order of SPEC 8.3's sum.
 TERMS = ("t_step", "t_req", "t_layer", "t_lin", "t_ap", "t_ad", "t_el", "t_tp")
 
@@ -142,6 +146,15 @@ class Roofline:
 
     def _context(self, decode: int, prefill: int, requests: int,
                  context: Optional[BatchContext]) -> BatchContext:
+        if type(context) is BatchContext and type(decode) is int and type(prefill) is int \
+                and type(requests) is int and decode >= 0 and prefill >= 0 and requests >= 0 \
+                and decode + prefill > 0:  # the engine's batches: checked fast
+            dc, chunks, cached, sq, cross = context[:5]
+            if type(dc) is int and type(chunks) is int and type(cached) is int \
+                    and type(sq) is int and type(cross) is int and dc >= 0 and cached >= 0 \
+                    and sq >= 0 and cross >= 0 \
+                    and (chunks == 0 if prefill == 0 else 1 <= chunks <= prefill):
+                return context
         validation.token_count("decode", decode)
         validation.token_count("prefill", prefill)
         validation.token_count("requests", requests)
@@ -183,6 +196,45 @@ class Roofline:
         lin, ap, ad, el, tp, _, seqs = self._sides(decode, prefill, c)
         e = self.efficiency
         return e.t_step + e.t_req * seqs + self._layer + max(lin) + max(ap) + max(ad) + el + tp
+
+    def tokens_time(self, tokens: int) -> float:
+        """Seconds of one prefill chunk of ``tokens`` tokens at context 0: how
+        :func:`llmqueue.models.latency.tokens_time` prices a full budget (the
+        same as ``batch_time(0, tokens, 1)``, without re-checking the context)."""
+        validation.token_count("tokens", tokens, minimum=1)
+        return self.batch_time(0, tokens, 1, BatchContext(0, 1, 0, tokens * tokens, 0))
+
+    def batch_times(self, decode: int, prefill: int, requests: int, context: BatchContext,
+                    k: int) -> List[float]:
+        """Seconds of ``k`` back-to-back iterations of one batch (SPEC 8.2):
+        iteration ``j`` sees ``context`` after ``j`` iterations (:meth:`BatchContext.after`).
+        Each is exactly :meth:`batch_time` at its context, computed with the same
+        operations in the same order, only faster (vectorised for long runs):
+        the engine's skip-ahead over context runs."""
+        c = self._context(decode, prefill, requests, context)
+        validation.positive_int("k", k)
+        lin, _, _, el, tp, _, seqs = self._sides(decode, prefill, c)
+        e = self.efficiency
+        head = e.t_step + e.t_req * seqs + self._layer + max(lin)
+        half = (c.chunk_sq + prefill) / 2
+        ap_f, ap_b, ad_f, ad_b = self._ap_flops, self._ap_bytes, self._ad_flops, self._ad_bytes
+        dc, cc, cross, sq = c.decode_ctx, c.chunk_ctx, c.chunk_cross, c.chunk_sq
+        if k >= VECTOR:
+            j = np.arange(k, dtype=np.int64)
+            dcs, ccs, crosses = dc + j * decode, cc + j * prefill, cross + j * sq
+            seconds = head + np.maximum(ap_f * (crosses + half), ap_b * (ccs + prefill)) \
+                + np.maximum(ad_f * dcs, ad_b * (dcs + decode)) + el + tp
+            return seconds.tolist()
+        out = []
+        for _ in range(k):
+            ap, ap_m = ap_f * (cross + half), ap_b * (cc + prefill)
+            ad, ad_m = ad_f * dc, ad_b * (dc + decode)
+            out.append(head + (ap if ap >= ap_m else ap_m) + (ad if ad >= ad_m else ad_m)
+                       + el + tp)
+            dc += decode
+            cc += prefill
+            cross += sq
+        return out
 
     def breakdown(self, decode: int, prefill: int, requests: int,
                   context: Optional[BatchContext] = None) -> Breakdown:

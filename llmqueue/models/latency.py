@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.models.context import BatchContext
 
 
 @runtime_checkable
@@ -99,14 +100,27 @@ class StepModel:
     per_prefill: float = 0.00002
     attention: float = 0.0003
     exponent: float = 0.6
+    charge_waiting: bool = False
+    """Also charge ``per_decode`` for each decoder a batch leaves waiting: the
+    chunked-prefill notebook's whole-prefill baseline (SPEC 6.6 ``baseline=notebook``)."""
+
+    @property
+    def needs_context(self) -> bool:
+        """Whether the engine must tell it the batch's context (only to count the
+        waiting decoders, with ``charge_waiting``)."""
+        return self.charge_waiting
 
     def __post_init__(self) -> None:
         validation.positive_number("base", self.base)
         for name in ("per_decode", "per_prefill", "attention", "exponent"):
             validation.nonnegative_number(name, getattr(self, name))
 
-    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
-        """Seconds for a batch of ``decode`` decode and ``prefill`` prefill tokens."""
+    def batch_time(self, decode: int, prefill: int, requests: int,
+                   context: Optional[BatchContext] = None) -> float:
+        """Seconds for a batch of ``decode`` decode and ``prefill`` prefill tokens
+        (with ``charge_waiting``, also the decoders the batch leaves waiting)."""
+        if self.charge_waiting and context is not None:
+            decode += context.waiting
         return (self.base + self.per_decode * decode + self.per_prefill * prefill
                 + (self.attention * prefill ** self.exponent if prefill else 0.0))
 

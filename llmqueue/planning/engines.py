@@ -26,7 +26,7 @@ from llmqueue.planning.probe import FAIL, PASS, Probe, probe
 from llmqueue.planning.spec import EngineSpec, Traffic
 from llmqueue.theory.bounds import Bounds
 from llmqueue.theory.cost import Cost
-from llmqueue.theory.slo import SLO
+from llmqueue.theory.slo import SLOLike
 
 #: The largest pool searched.
 MAX_ENGINES = 4096
@@ -70,7 +70,7 @@ def k_lower(rate: float, lambda_tok: float) -> int:
     return math.floor(rate / lambda_tok) + 1
 
 
-def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLO,
+def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLike,
                  target: float = 0.9, router: str = "jsq-tokens",
                  goodput1: Optional[float] = None, *, mode: str = "joint", reps: int = 5,
                  max_reps: int = 20, n_requests: int = 2000, warmup: float = 0.1,

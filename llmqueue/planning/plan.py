@@ -1,22 +1,29 @@
 """``plan``: the largest arrival rate one engine (or a pool of them) serves
 within an SLO (SPEC 8.7), with the bounds of 8.6 first.
 
-Bracket ``[0, hi]`` with ``hi = engines * min(lambda_tok, lambda_slot)``.  For
-latency models of the batch size alone ``lambda_tok`` is exact (Theorem 2):
-any rate at or above ``hi`` FAILs without simulation (recorded as a probe of
-0 replications).  For context models ``hi`` starts at ``1.1 * min`` and doubles
-while a probe at ``hi`` passes.  Then bisection on ``(lo + hi) / 2`` with the
+Bracket ``[0, hi]`` with ``hi = engines * min(lambda_tok, lambda_slot,
+lambda_kv)`` (``lambda_kv`` when the engine has a KV cache: its capacity in
+tokens).  For latency models of the batch size alone ``lambda_tok`` is exact
+(Theorem 2) and the others are necessary conditions: any rate at or above
+``hi`` FAILs without simulation (recorded as a probe of 0 replications).  For
+context models ``hi`` starts at ``1.1 * min`` and doubles while a probe at
+``hi`` passes.  Then bisection on ``(lo + hi) / 2`` with the
 probes of :mod:`llmqueue.planning.probe`, until ``hi - lo <= rel_tol * hi``, a
 boundary probe, or ``max_probes`` probes.
+
+The SLO is one :class:`SLO` or, for a :meth:`Traffic.mix` of request classes, a
+dict class -> SLO; each request is judged by its class's (``A_0`` and
+``lambda_kv`` are then the share-weighted combinations of the classes' own).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from llmqueue.common import validation
 from llmqueue.common.progress import bar
@@ -24,13 +31,14 @@ from llmqueue.network.routers import ROUTERS
 from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
 from llmqueue.planning.replicate import Task
 from llmqueue.planning.spec import EngineSpec, Traffic
-from llmqueue.theory.bounds import Bounds
+from llmqueue.theory.bounds import Bounds, memory_bound, smallest_iteration, zero_load
 from llmqueue.theory.cost import Cost
-from llmqueue.theory.slo import MODES, SLO
+from llmqueue.theory.slo import MODES, SLO, SLOLike
 from llmqueue.theory.stats import mean_ci
 
-#: What a pass at ``lo`` reports, per replication, with a CI across them.
-LATENCIES = ("ttft", "tpot")
+#: What a pass at ``lo`` reports, per replication, with a CI across them
+#: (``tbt``: the measured requests' largest inter-token gaps).
+LATENCIES = ("ttft", "tpot", "tbt")
 QUANTILES = ("p50", "p90", "p99")
 
 
@@ -42,7 +50,7 @@ class PlanResult:
     smallest shown to fail, ``crossing`` the rate where the mean attainment
     crosses the target (linear between probes; ``None`` when no simulated
     PASS/FAIL pair brackets it), every probe in order, the bounds and ``A_0``,
-    ``at_lo`` (TTFT/TPOT p50/p90/p99 ``[mean, ci]`` across replications,
+    ``at_lo`` (TTFT/TPOT/TBT p50/p90/p99 ``[mean, ci]`` across replications,
     ``busy_fraction``, ``mean_batch``, ``attainment``, ``hw``), the cost when a
     price was given, and ``reason`` when the SLO is infeasible at zero load or
     the search ended within statistical resolution."""
@@ -89,19 +97,54 @@ class PlanResult:
                 "probes": [p.as_dict() for p in self.probes], "seconds": self.seconds}
 
 
-def check_slo(slo: Any) -> SLO:
-    """``slo`` if ``plan`` can judge it: an :class:`SLO` gating some of TTFT,
-    TPOT and E2E (the request log's metrics)."""
-    if not isinstance(slo, SLO):
-        raise ValueError(f"slo must be an SLO (per-class SLOs are not supported by plan), "
-                         f"got {slo!r}")
-    for name in ("tbt", "sched_delay"):
-        if getattr(slo, name) is not None:
-            raise ValueError(f"slo.{name} is not supported by plan yet: the engine does not "
-                             f"record it per request; gate ttft, tpot or e2e")
-    if not slo.gated:
-        raise ValueError("slo must gate at least one of ttft, tpot, e2e; got none")
-    return slo
+def check_slo(slo: Any, workload: Optional[Traffic] = None) -> SLOLike:
+    """``slo`` if ``plan`` can judge it: an :class:`SLO` gating some metric, or a
+    dict class -> SLO naming exactly the classes of ``workload`` (a
+    :meth:`Traffic.mix`)."""
+    if isinstance(slo, SLO):
+        if not slo.gated:
+            raise ValueError("slo must gate at least one of ttft, tpot, tbt, e2e, sched_delay; "
+                             "got none")
+        return slo
+    if not isinstance(slo, Mapping) or not slo or \
+            not all(isinstance(one, SLO) for one in slo.values()):
+        raise ValueError(f"slo must be an SLO or a dict class -> SLO, got {slo!r}")
+    names = None if workload is None or workload.classes is None else \
+        [c.name for c in workload.classes]
+    if names is None:
+        raise ValueError("slo is per class but the workload has no classes: build it with "
+                         "Traffic.mix({class: (share, prefill, decode), ...})")
+    if set(slo) != set(names):
+        raise ValueError(f"slo must have one entry per class of the workload {names}; "
+                         f"got {list(slo)}")
+    for name, one in slo.items():
+        if not one.gated:
+            raise ValueError(f"slo[{name!r}] must gate at least one metric; got none")
+    return dict(slo)
+
+
+def bounds_of(workload: Traffic, engine: EngineSpec, slo: SLOLike, seed: int) -> Bounds:
+    """SPEC 8.6's bounds for ``engine`` (with ``lambda_kv`` when it has a KV
+    cache) and ``workload``; per class, ``A_0 = sum share_c A_0,c`` and
+    ``1/lambda_kv = sum share_c / lambda_kv,c`` (Little's law on the mean KV area)."""
+    capacity = None if engine.kv is None else engine.kv.tokens
+    if isinstance(slo, SLO) and workload.classes is None:
+        return Bounds.of(engine.latency, engine.bmax, workload.prefill_law,
+                         workload.decode_law, kmax=engine.kmax, capacity_tokens=capacity,
+                         slo=slo, seed=seed)
+    whole = Bounds.of(engine.latency, engine.bmax, workload.prefill_law, workload.decode_law,
+                      kmax=engine.kmax, seed=seed)
+    t1 = smallest_iteration(engine.latency)
+    a0 = inverse_kv = 0.0
+    for name, share, alone in workload.class_traffic():
+        one = slo if isinstance(slo, SLO) else slo[name]
+        a0 += share * zero_load(engine.latency, engine.bmax, alone.prefill_law,
+                                alone.decode_law, one, seed=seed).attainment
+        if capacity is not None:
+            inverse_kv += share / memory_bound(capacity, t1, alone.prefill_law,
+                                               alone.decode_law, seed=seed)
+    return dataclasses.replace(whole, attainment_zero_load=a0,
+                               lambda_kv=1 / inverse_kv if capacity is not None else None)
 
 
 @dataclass(frozen=True)
@@ -125,7 +168,7 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
                          f"got {workload!r}")
     if not isinstance(engine, EngineSpec):
         raise ValueError(f"engine must be an EngineSpec, got {engine!r}")
-    slo = check_slo(slo)
+    slo = check_slo(slo, workload)
     if not (isinstance(target, (int, float)) and 0 < target < 1):
         raise ValueError(f"target must be a number in (0, 1), got {target!r}")
     validation.choice("mode", mode, MODES)
@@ -146,8 +189,7 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
     validation.choice("router", router, ROUTERS)
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise ValueError(f"executor must be a concurrent.futures Executor, got {executor!r}")
-    bounds = Bounds.of(engine.latency, engine.bmax, workload.prefill_law, workload.decode_law,
-                       kmax=engine.kmax, slo=slo, seed=seed)
+    bounds = bounds_of(workload, engine, slo, seed)
     base = Task(workload, engine, slo, 1.0, 0, seed, math.ceil(warmup * n_requests),
                 n_requests, float(target), mode, early_stop, 1, router)
     return Setup(base, Rules(float(target), float(confidence), reps, max_reps), bounds,
@@ -167,17 +209,21 @@ class _Bar:
         self.bar.close()
 
 
-def describe(engine: EngineSpec, workload: Traffic, slo: SLO, router: Optional[str],
+def describe(engine: EngineSpec, workload: Traffic, slo: SLOLike, router: Optional[str],
              n_requests: int, reps: int, seed: int) -> Dict[str, Any]:
-    """The configuration a result reports: engine, router, traffic, SLO, sizes."""
+    """The configuration a result reports: engine, router, traffic, SLO (per
+    class: by the class's name), sizes."""
+    gated = dict(slo.gated) if isinstance(slo, SLO) else \
+        {str(name): dict(one.gated) for name, one in slo.items()}
     return {"scheduler": engine.scheduler, "bmax": engine.bmax, "kmax": engine.kmax,
             "latency": repr(engine.latency), "chunked": engine.chunked, "tp": engine.tp,
-            "router": router, "workload": workload.describe(), "slo": dict(slo.gated),
+            "kv": None if engine.kv is None else repr(engine.kv),
+            "router": router, "workload": workload.describe(), "slo": gated,
             "n_requests": n_requests, "reps": reps, "seed": seed}
 
 
 def at_rate(p: Probe) -> Dict[str, Any]:
-    """TTFT/TPOT quantiles (``[mean, 95 % CI half-width]`` across replications),
+    """TTFT/TPOT/TBT quantiles (``[mean, 95 % CI half-width]`` across replications),
     busy fraction and mean batch of a probe's replications."""
     out: Dict[str, Any] = {"rate": p.rate, "attainment": p.mean, "hw": p.hw}
     for metric in LATENCIES:
@@ -209,7 +255,8 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
     if s.bounds.exact:
         hi = limit
         yield Probe(hi, engines, 0, None, None, FAIL,
-                    note="at or above the token/slot bound: no policy keeps up (Theorem 2)")
+                    note="at or above the token/slot/memory bound: no policy keeps up "
+                         "(Theorem 2, SPEC 8.6)")
     else:
         hi = 1.1 * limit
         while count < max_probes:
@@ -234,7 +281,7 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
             return
 
 
-def plan(workload: Traffic, engine: EngineSpec, slo: SLO, target: float = 0.9, *,
+def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.9, *,
          mode: str = "joint", reps: int = 5, max_reps: int = 20, n_requests: int = 2000,
          warmup: float = 0.1, rel_tol: float = 0.02, confidence: float = 0.95, seed: int = 0,
          max_probes: int = 30, early_stop: bool = True, engines: int = 1,
@@ -263,6 +310,7 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLO, target: float = 0.9, *
     if s.bounds.infeasible(target):
         why = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
                f"of requests meet the SLO on an empty engine (target {target})")
+
         return PlanResult(0.0, 0.0, 0.0, None, (), s.bounds, target, mode, engines, config,
                           infeasible=True, reason=why, seconds=time.perf_counter() - wall)
     probes: List[Probe] = []

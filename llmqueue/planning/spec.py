@@ -3,35 +3,41 @@ traffic (:class:`Traffic`) of SPEC 8.7 (the text forms of size and arrival laws
 are read by :mod:`llmqueue.models.sizes` and :mod:`llmqueue.models.arrivals`).
 
 ``Traffic`` holds an arrival law **of unit rate** (Poisson, or gamma gaps of a
-given coefficient of variation) and two size laws; :func:`arrivals` draws a
-replication's requests from a seed so that the same seed gives the same unit-
-rate gaps and the same sizes at every rate (common random numbers, SPEC 8.7).
+given coefficient of variation) and two size laws, or with :meth:`Traffic.mix`
+request classes, each with its share and its own size laws (for per-class
+SLOs); :func:`arrivals` draws a replication's requests from a seed so that the
+same seed gives the same unit-rate gaps, classes and sizes at every rate
+(common random numbers, SPEC 8.7).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Hashable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.engine.kv import KV
 from llmqueue.models.arrivals import parse_arrival
 from llmqueue.models.latency import LatencyModel, Staircase
-from llmqueue.models.sizes import SizeLaw, SizeLike, as_law, decode_mean, decode_sizes
+from llmqueue.models.sizes import Mixture, SizeLaw, SizeLike, as_law, decode_mean, decode_sizes
 
 
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine: its policy (a scheduler name or a picklable policy object),
     token budget ``bmax`` per iteration, ``kmax`` slots (``None`` = unlimited),
-    latency model (the paper's staircase by default) and chunked prefill."""
+    latency model (the paper's staircase by default), chunked prefill and KV
+    cache (``None``: no memory limit; else SPEC 7's :class:`KV`, whose capacity
+    adds the memory bound ``lambda_kv`` of SPEC 8.6)."""
 
     policy: Any = "sarathi"
     bmax: int = 512
     kmax: Optional[int] = None
     latency: LatencyModel = Staircase()
     chunked: bool = True
+    kv: Optional[KV] = None
 
     def __post_init__(self) -> None:
         validation.positive_int("bmax", self.bmax)
@@ -41,6 +47,8 @@ class EngineSpec:
                              f"got {self.latency!r}")
         if not isinstance(self.chunked, bool):
             raise ValueError(f"chunked must be True or False, got {self.chunked!r}")
+        if self.kv is not None and not isinstance(self.kv, KV):
+            raise ValueError(f"kv must be a KV(...) or None, got {self.kv!r}")
 
     @property
     def tp(self) -> int:
@@ -55,21 +63,73 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class TrafficClass:
+    """One request class of a :meth:`Traffic.mix`: its name (the key of a
+    per-class SLO), its share of the arrivals and its size laws."""
+
+    name: Hashable
+    share: float
+    prefill: SizeLaw
+    decode: SizeLaw
+
+
+@dataclass(frozen=True)
 class Traffic:
     """Requests of unit arrival rate: Poisson when ``cv`` is ``None``, else gamma
     gaps with coefficient of variation ``cv``; prompt sizes from ``prefill`` and
     output sizes from ``decode`` (a law or a plain integer; decode draws of 0
-    give 1).  ``plan`` scales the unit-rate gaps by ``1/rate``."""
+    give 1).  ``plan`` scales the unit-rate gaps by ``1/rate``.  ``classes``
+    (built by :meth:`mix`) splits the requests into classes; ``prefill`` and
+    ``decode`` are then the mixtures of the classes' laws."""
 
     prefill: SizeLike
     decode: SizeLike
     cv: Optional[float] = None
+    classes: Optional[Tuple[TrafficClass, ...]] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefill", as_law("prefill", self.prefill))
         object.__setattr__(self, "decode", as_law("decode", self.decode))
         if self.cv is not None:
             validation.positive_number("cv", self.cv)
+        if self.classes is not None and not (
+                isinstance(self.classes, tuple) and self.classes
+                and all(isinstance(c, TrafficClass) for c in self.classes)):
+            raise ValueError(f"classes must be a non-empty tuple of TrafficClass (build it "
+                             f"with Traffic.mix), got {self.classes!r}")
+
+    @classmethod
+    def mix(cls, classes: Mapping[Hashable, Tuple[float, SizeLike, SizeLike]],
+            cv: Optional[float] = None) -> "Traffic":
+        """Traffic of several request classes: ``{name: (share, prefill, decode)}``;
+        shares are weights (> 0, normalised), each class has its own size laws.
+        Each request's class is drawn independently with these chances."""
+        if not isinstance(classes, Mapping) or not classes:
+            raise ValueError(f"classes must be a non-empty dict name -> (share, prefill, "
+                             f"decode), got {classes!r}")
+        parts: List[TrafficClass] = []
+        for name, spec in classes.items():
+            try:
+                share, prefill, decode = spec
+            except (TypeError, ValueError):
+                raise ValueError(f"classes[{name!r}] must be (share, prefill, decode), "
+                                 f"got {spec!r}") from None
+            validation.positive_number(f"classes[{name!r}] share", share)
+            parts.append(TrafficClass(name, float(share), as_law(f"classes[{name!r}] prefill",
+                                                                 prefill),
+                                      as_law(f"classes[{name!r}] decode", decode)))
+        total = sum(c.share for c in parts)
+        parts = [TrafficClass(c.name, c.share / total, c.prefill, c.decode) for c in parts]
+        return cls(Mixture([(c.share, c.prefill) for c in parts]),
+                   Mixture([(c.share, c.decode) for c in parts]), cv, tuple(parts))
+
+    def class_traffic(self) -> List[Tuple[Hashable, float, "Traffic"]]:
+        """``(name, share, traffic of that class alone)`` per class (one class
+        named ``None`` of share 1 without classes)."""
+        if self.classes is None:
+            return [(None, 1.0, self)]
+        return [(c.name, c.share, Traffic(c.prefill, c.decode, self.cv))
+                for c in self.classes]
 
     @property
     def prefill_law(self) -> SizeLaw:
@@ -98,23 +158,55 @@ class Traffic:
     def describe(self) -> str:
         """One line: arrivals and sizes."""
         law = "poisson" if self.cv is None else f"gamma cv={self.cv:g}"
+        if self.classes is not None:
+            return law + ", " + "; ".join(
+                f"class {c.name!r} {c.share:.3g}: prefill {c.prefill!r}, decode {c.decode!r}"
+                for c in self.classes)
         return f"{law}, prefill {self.prefill_law!r}, decode {self.decode_law!r}"
+
+
+def _streams(seed: int, replication: int) -> List[np.random.SeedSequence]:
+    # five children: gaps, prompts, outputs, router, classes (spawn keys are
+    # positional, so the first four are those of single-class traffic)
+    return np.random.SeedSequence([seed, replication]).spawn(5)
+
+
+def request_classes(traffic: Traffic, n: int, seed: int, replication: int
+                    ) -> Optional[List[Hashable]]:
+    """Replication ``replication``'s ``n`` request classes (None without
+    classes), from their own stream of ``(seed, replication)``."""
+    if traffic.classes is None:
+        return None
+    rng = np.random.default_rng(_streams(seed, replication)[4])
+    pick = rng.choice(len(traffic.classes), size=n, p=[c.share for c in traffic.classes])
+    return [traffic.classes[i].name for i in pick.tolist()]
 
 
 def arrivals(traffic: Traffic, n: int, seed: int, replication: int
              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Replication ``replication``'s ``n`` requests: unit-rate arrival times,
     prompt sizes, output sizes, and a seed for a router.  Seeded by
-    ``(seed, replication)`` only, never by the rate (common random numbers)."""
-    streams = np.random.SeedSequence([seed, replication]).spawn(4)
+    ``(seed, replication)`` only, never by the rate (common random numbers).
+    With classes, each request's sizes come from its class's laws
+    (:func:`request_classes`)."""
+    streams = _streams(seed, replication)
     ra, rp, rd = (np.random.default_rng(s) for s in streams[:3])
     if traffic.cv is None:
         gaps = ra.exponential(1.0, n)
     else:
         shape = 1.0 / (traffic.cv * traffic.cv)
         gaps = ra.gamma(shape, 1.0 / shape, n)
-    prompts = traffic.prefill_law.sample(rp, n)
-    outputs = decode_sizes(traffic.decode_law, rd, n)
+    if traffic.classes is None:
+        prompts = traffic.prefill_law.sample(rp, n)
+        outputs = decode_sizes(traffic.decode_law, rd, n)
+    else:
+        names = request_classes(traffic, n, seed, replication) or []
+        prompts = np.empty(n, dtype=np.int64)
+        outputs = np.empty(n, dtype=np.int64)
+        for c in traffic.classes:
+            where = np.flatnonzero(np.array([x == c.name for x in names], dtype=bool))
+            prompts[where] = c.prefill.sample(rp, len(where))
+            outputs[where] = decode_sizes(c.decode, rd, len(where))
     router_seed = int(streams[3].generate_state(1)[0])
     return np.cumsum(gaps), prompts, outputs, router_seed
 

@@ -28,7 +28,7 @@ that boundary; the first ``stages[k-1]`` of them (view order) then advance
 together.  Under drain every paused request advances.  The decision reads
 only the tokens decoded so far, never the output length.  A request that
 outlives ``l_K`` decodes on without pausing.  Quotas come from
-:func:`llmqueue.theory.memory.nested_wait_quotas`.
+:func:`llmqueue.theory.wait.nested_wait_quotas`.
 
 Decisions where SPEC 7.5 is silent:
 

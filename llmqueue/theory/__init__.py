@@ -16,9 +16,9 @@ from llmqueue.theory.cost import Cost
 from llmqueue.theory.histogram import GapHistogram
 from llmqueue.theory.memory import (JointCapacity, b_star, delta, envelope_time, kv_area,
                                     kv_area_blocks, kv_area_min, kv_bytes_per_token,
-                                    kv_capacity_tokens, lambda_joint, lambda_kmax, lambda_wait,
-                                    mean_kv_area, mu_mem, mu_mix, nested_wait_quotas,
-                                    wait_thresholds)
+                                    kv_capacity_tokens, lambda_joint, lambda_kmax, mean_kv_area,
+                                    mu_mem, mu_mix)
+from llmqueue.theory.wait import lambda_wait, nested_wait_quotas, wait_thresholds
 from llmqueue.theory.slo import (SLO, Attainment, RequestLatency, Unloaded, attainment,
                                  good_throughput)
 

@@ -93,29 +93,68 @@ B0_SEARCH = 4096
 
 def fit_staircase(tokens: Samples, seconds: Samples,
                   b0: Optional[int] = None) -> Fit[Staircase]:
-    """Fit ``t = c + a * ceil(b / b0)``, searching ``b0`` when it is not given."""
+    """Fit ``t = c + a * ceil(b / b0)``, searching ``b0`` when it is not given.
+
+    Samples that do not rise with the batch (a line through them has a slope
+    <= 0) are refused, as by :func:`fit_linear`, whatever step would fit.  The
+    search works on the sums of the samples at each distinct batch size, so it
+    costs O(distinct sizes) per ``b0``, not O(samples); the fit it keeps is
+    then recomputed on the samples themselves.
+    """
     x, y = _arrays(tokens, seconds)
     if b0 is not None:
         candidates = [validation.positive_int("b0", b0)]
     else:
         candidates = list(range(1, min(int(x.max()), B0_SEARCH + 1)))
-    tie = 1e-12 * float(((y - y.mean()) ** 2).sum())  # rounding noise in the SSE
-    best: Optional[Tuple[float, int, float, float]] = None
+    if _line(x, y)[1] <= 0:
+        raise ValueError(f"the samples do not grow with batch tokens (fitted slope "
+                         f"{_line(x, y)[1]:.3g} s/token); allowed: times that rise with the "
+                         "batch")
+    sizes, where = np.unique(x, return_inverse=True)
+    ym = float(y.mean())
+    dev = y - ym  # sums of deviations keep the squared errors free of cancellation
+    count = np.bincount(where).astype(float)
+    sum_dev = np.bincount(where, weights=dev)
+    sum_y = np.bincount(where, weights=y)
+    sst = float((dev * dev).sum())
+    tie = 1e-12 * sst  # rounding noise in the SSE
+    best: Optional[Tuple[float, int]] = None
     for step in candidates:
-        steps = np.ceil(x / step)
-        if steps.min() == steps.max():
+        steps = np.ceil(sizes / step)
+        if steps[0] == steps[-1]:
             continue  # one step: the rise a is not determined
-        c, a, sse = _line(steps, y)
+        sse = _grouped_sse(steps, count, sum_dev, sum_y, ym, sst)
         if best is None or sse < best[0] - tie:
-            best = (sse, step, c, a)
+            best = (sse, step)
     if best is None:
         raise ValueError(f"b0={b0} puts every sample on one step of the staircase; "
                          f"allowed: b0 < {int(x.max())} (the largest batch measured)")
-    sse, step, c, a = best
+    step = best[1]
+    c, a, sse = _line(np.ceil(x / step), y)
     if a <= 0:
         raise ValueError(f"the samples do not grow with batch tokens (fitted a = {a:.3g} s "
                          f"per step); allowed: times that rise with the batch")
     return Fit(Staircase(c, a, step), _r2(y, sse), sse, int(x.size))
+
+
+def _grouped_sse(steps: np.ndarray, count: np.ndarray, sum_dev: np.ndarray,
+                 sum_y: np.ndarray, ym: float, sst: float) -> float:
+    """:func:`_line`'s SSE of ``y`` on ``steps`` from per-size sums: ``count``
+    samples at each size, the sums of their deviations from the mean ``ym``
+    (``sum_dev``) and of their values (``sum_y``); ``sst`` = Σ deviations²."""
+    n = float(count.sum())
+    sx = float((count * steps).sum())
+    xm = sx / n
+    centred = steps - xm
+    sxx = float((count * centred * centred).sum())
+    sxy = float((centred * sum_dev).sum())
+    slope = sxy / sxx
+    if ym - slope * xm >= 0:
+        return sst - slope * sxy  # least squares: SSE = SST - slope * Sxy
+    # through the origin: slope = Σ s y / Σ s², SSE = Σ y² - (Σ s y)² / Σ s²
+    s2 = float((count * steps * steps).sum())
+    sy = float((steps * sum_y).sum())
+    return sst + n * ym * ym - sy * sy / s2
 
 
 def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:

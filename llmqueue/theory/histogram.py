@@ -58,32 +58,43 @@ class GapHistogram:
         self.min = lo if self.min is None else min(self.min, lo)
         self.max = hi if self.max is None else max(self.max, hi)
 
-    def add(self, gap: float) -> None:
-        """Count one gap of ``gap`` seconds (a finite number >= 0)."""
+    def add(self, gap: float, count: int = 1) -> None:
+        """Count ``count`` gaps of ``gap`` seconds (a finite number >= 0)."""
         gap = validation.nonnegative_number("gap", gap)
+        validation.positive_int("count", count)
         if gap == 0:
-            self.zeros += 1
+            self.zeros += count
         else:
             k = self._bin(gap)
-            self.counts[k] = self.counts.get(k, 0) + 1
-        self._extend(gap, gap, 1)
+            self.counts[k] = self.counts.get(k, 0) + count
+        self._extend(gap, gap, count)
 
-    def add_many(self, gaps: Iterable[float]) -> None:
-        """Count every gap of ``gaps`` (seconds, finite numbers >= 0)."""
+    def add_many(self, gaps: Iterable[float], counts: Optional[Iterable[int]] = None) -> None:
+        """Count every gap of ``gaps`` (seconds, finite numbers >= 0), each
+        ``counts[i]`` times when given (integers >= 1)."""
         x = np.asarray(list(gaps) if not isinstance(gaps, np.ndarray) else gaps, dtype=float)
         if x.size == 0:
             return
         if x.ndim != 1 or not np.all(np.isfinite(x)) or np.any(x < 0):
             raise ValueError("gaps must be a list of finite numbers of seconds >= 0")
-        positive = x[x > 0]
-        self.zeros += int(x.size - positive.size)
-        if positive.size:
-            k = np.floor(np.log(positive) / _LOG).astype(np.int64)
-            k -= (RATIO ** k.astype(float) > positive)
-            k += (RATIO ** (k + 1).astype(float) <= positive)
-            for key, n in zip(*np.unique(k, return_counts=True)):
-                self.counts[int(key)] = self.counts.get(int(key), 0) + int(n)
-        self._extend(float(x.min()), float(x.max()), int(x.size))
+        if counts is None:
+            n = np.ones(x.size, dtype=np.int64)
+        else:
+            n = np.asarray(list(counts) if not isinstance(counts, np.ndarray) else counts)
+            if n.shape != x.shape or not np.issubdtype(n.dtype, np.integer) or np.any(n < 1):
+                raise ValueError("counts must be one integer >= 1 per gap")
+        positive = x > 0
+        self.zeros += int(n[~positive].sum())
+        if positive.any():
+            g = x[positive]
+            k = np.floor(np.log(g) / _LOG).astype(np.int64)
+            k -= (RATIO ** k.astype(float) > g)
+            k += (RATIO ** (k + 1).astype(float) <= g)
+            keys, where = np.unique(k, return_inverse=True)
+            sums = np.bincount(where.ravel(), weights=n[positive]).astype(np.int64)
+            for key, total in zip(keys.tolist(), sums.tolist()):
+                self.counts[key] = self.counts.get(key, 0) + total
+        self._extend(float(x.min()), float(x.max()), int(n.sum()))
 
     def quantile(self, q: float) -> float:
         """The ``q``-quantile of the gaps (seconds), ``q`` in [0, 1]: the bin of

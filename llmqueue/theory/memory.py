@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 from llmqueue.common import validation
 from llmqueue.common.units import ceil_div
@@ -32,7 +31,6 @@ from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_mean, decode_v
 from llmqueue.theory.capacity import lambda_star
 
 #: One request type for WAIT: (prompt tokens, decode tokens, share of arrivals).
-RequestType = Tuple[int, int, float]
 
 
 def kv_area(vp: int, vd: int, chunk: Optional[int] = None) -> float:
@@ -66,7 +64,7 @@ def kv_area_min(vp: int, vd: int, chunk: int) -> int:
     return q * r + chunk * q * (q - 1) // 2 + vd * vp + vd * (vd + 1) // 2
 
 
-def _ceil_sum(n: int, block: int) -> int:
+def ceil_sum(n: int, block: int) -> int:
     """``sum over 0 <= x <= n of ceil(x / block)`` (0 for ``n < 0``)."""
     if n <= 0:
         return 0
@@ -83,7 +81,7 @@ def kv_area_blocks(vp: int, vd: int, block_size: int) -> int:
     validation.token_count("vp", vp)
     validation.token_count("vd", vd)
     validation.positive_int("block_size", block_size)
-    blocks = _ceil_sum(vp + vd, block_size) - _ceil_sum(vp - 1, block_size)
+    blocks = ceil_sum(vp + vd, block_size) - ceil_sum(vp - 1, block_size)
     return blocks * block_size
 
 
@@ -264,109 +262,6 @@ def mu_mix(rates: Sequence[float], weights: Sequence[float]) -> float:
     if total <= 0:
         raise ValueError(f"weights must not all be 0, got {weights!r}")
     return total / sum(q / mu for q, mu in zip(weights, rates))
-
-
-def _types(types: Sequence[RequestType]) -> List[RequestType]:
-    types = list(types)
-    if not types:
-        raise ValueError("types must hold at least one (vp, vd, p) triple, got none")
-    checked: List[RequestType] = []
-    for item in types:
-        if not isinstance(item, (tuple, list)) or len(item) != 3:
-            raise ValueError(f"types must hold (vp, vd, p) triples, got {item!r}")
-        vp, vd, p = item
-        validation.token_count("vp", vp)
-        validation.token_count("vd", vd)
-        validation.positive_number("p", p)
-        checked.append((vp, vd, p))
-    return checked
-
-
-def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
-                    block_size: int = 1) -> List[int]:
-    """WAIT's stage quotas ``n_j`` (SPEC 7.5), one per ``(vp, vd, p)`` type.
-
-    ``n_j = max(1, floor((M' - headroom) p_j / sum_k p_k g_k))`` where ``p``
-    is the type mix (any positive weights), ``g_k`` the whole-prompt area
-    counted in blocks (:func:`kv_area_blocks`), and ``M' = floor(M/B) B`` the
-    cache in whole blocks of ``B = block_size`` tokens.  Then the steady-state
-    KV ``sum n_j g_j <= M' - headroom`` (unless a quota is raised to 1).
-    """
-    checked = _types(types)
-    validation.positive_int("M", M)
-    validation.nonnegative_int("headroom", headroom)
-    validation.positive_int("block_size", block_size)
-    usable = M // block_size * block_size - headroom
-    if usable <= 0:
-        raise ValueError(f"headroom must be below the cache in whole blocks "
-                         f"({M // block_size * block_size} tokens), got {headroom!r}")
-    total = sum(Fraction(p) * kv_area_blocks(vp, vd, block_size) for vp, vd, p in checked)
-    if total == 0:
-        raise ValueError("types must not all have vp = vd = 0 (no memory area)")
-    return [max(1, math.floor(usable * Fraction(p) / total)) for _, _, p in checked]
-
-
-def nested_wait_quotas(vp: int, lengths: Sequence[int], probs: Sequence[float], M: int,
-                       headroom: int = 0, block_size: int = 1) -> List[int]:
-    """Nested WAIT's stage quotas ``n^(1..K)`` (SPEC 7.5) for prompts of ``vp``
-    tokens and output lengths ``l_1 < ... < l_K`` (``lengths``) drawn with
-    weights ``probs``.
-
-    Segment ``k`` holds decode positions ``(l_{k-1}, l_k]`` (segment 1 also the
-    prefill), so its area is the sum of the KV ``vp + d`` over its positions
-    ``d`` (counted in blocks of ``block_size`` as :func:`kv_area_blocks`).
-    With survival weights ``P_k = sum_{i >= k} p_i`` (normalised),
-    ``sum_k P_k area_k = E[g]``, and ``n^(k) = max(1, floor((M' - headroom)
-    P_k / E[g]))`` with ``M'`` the cache in whole blocks: then
-    ``sum_k n^(k) area_k <= M' - headroom`` (unless a quota is raised to 1).
-    ``headroom`` is the paper's buffer ``H`` (tokens).
-    """
-    validation.token_count("vp", vp)
-    validation.positive_int("M", M)
-    validation.nonnegative_int("headroom", headroom)
-    validation.positive_int("block_size", block_size)
-    ls = [validation.positive_int("lengths", x) for x in lengths]
-    ps = [Fraction(validation.positive_number("probs", p)) for p in probs]
-    if not ls or any(b <= a for a, b in zip(ls, ls[1:])):
-        raise ValueError(f"lengths must be increasing integers >= 1; got {ls!r}")
-    if len(ps) != len(ls):
-        raise ValueError(f"probs must give one weight per length ({len(ls)}); got {len(ps)}")
-    usable = M // block_size * block_size - headroom
-    if usable <= 0:
-        raise ValueError(f"headroom must be below the cache in whole blocks "
-                         f"({M // block_size * block_size} tokens), got {headroom!r}")
-    total = sum(ps)
-    survival = [sum(ps[k:]) / total for k in range(len(ps))]
-    # KV vp + d over the segment's positions d: from vp (the prefill) or vp + l_{k-1} + 1
-    starts = [vp - 1] + [vp + x for x in ls[:-1]]
-    areas = [block_size * (_ceil_sum(vp + x, block_size) - _ceil_sum(a, block_size))
-             for a, x in zip(starts, ls)]
-    mean_g = sum(P * area for P, area in zip(survival, areas))
-    return [max(1, math.floor(usable * P / mean_g)) for P in survival]
-
-
-def lambda_wait(types: Sequence[RequestType], n: Sequence[int],
-                latency: Optional[LatencyModel] = None) -> float:
-    """WAIT's capacity ``sum n_j / t(sum n_j (vp_j + vd_j))`` in requests/s
-    (SPEC 7.5).
-
-    In steady state each iteration starts ``n_j`` whole type-``j`` prompts and
-    decodes the ``n_j vd_j`` started ones, so it is priced as
-    ``latency.batch_time(sum n_j vd_j, sum n_j vp_j, sum n_j (vd_j + 1))``
-    (default latency: the paper's staircase).  ``p`` is not used.
-    """
-    checked = _types(types)
-    counts = list(n)
-    if len(counts) != len(checked):
-        raise ValueError(f"n must give one quota per type ({len(checked)}), "
-                         f"got {len(counts)}")
-    for count in counts:
-        validation.positive_int("n", count)
-    model = Staircase() if latency is None else latency
-    decode = sum(k * vd for k, (_, vd, _) in zip(counts, checked))
-    prefill = sum(k * vp for k, (vp, _, _) in zip(counts, checked))
-    requests = sum(k * (vd + 1) for k, (_, vd, _) in zip(counts, checked))
-    return sum(counts) / model.batch_time(decode, prefill, requests)
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
