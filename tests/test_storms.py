@@ -16,7 +16,7 @@ from llmqueue.experiments import storms
 from llmqueue.experiments.greedy_memory import LINEAR, M, QUOTA, VD, VP, theory
 from llmqueue.models.latency import Constant, Staircase
 from llmqueue.theory.greedy import fluid_point, limit_cycle_rate, limit_cycle_share
-from llmqueue.theory.memory import wait_thresholds
+from llmqueue.theory.wait import wait_thresholds
 
 C, A = 0.02, 2e-5          # SPEC 7.8.3's t = c + a b
 

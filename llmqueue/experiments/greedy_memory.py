@@ -23,7 +23,8 @@ from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
 from llmqueue.theory.drift import edge_slope, window_times
-from llmqueue.theory.memory import kv_area, lambda_joint, lambda_wait, wait_thresholds
+from llmqueue.theory.memory import kv_area, lambda_joint
+from llmqueue.theory.wait import lambda_wait, wait_thresholds
 
 VP, VD = 20, 200                 # tokens per prompt, per output
 M = 100_000                      # KV cache (tokens)
