@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
 #: Commands of more than a few seconds: run only with ``-m slow``.
 SLOW = ("run azure", "run theorem2", "--dask", "llmqueue plan", "sweep kmax-point",
-        "run goodput", "run engines", "run kmax-region", "run rybko-stolyar", "run vertex-c")
+        "run goodput", "run engines", "run kmax-region", "run rybko-stolyar", "run vertex-c",
+        "run storms", "run limit-cycle")
 
 
 def readme_commands():

@@ -27,6 +27,8 @@ from llmqueue.experiments import goodput  # noqa: F401
 from llmqueue.experiments import engines  # noqa: F401
 from llmqueue.experiments import nie_table1  # noqa: F401
 from llmqueue.experiments import memory_boundary  # noqa: F401
+from llmqueue.experiments import storms  # noqa: F401
+from llmqueue.experiments import limit_cycle  # noqa: F401
 from llmqueue.experiments import coprime  # noqa: F401
 from llmqueue.experiments import memory_waste  # noqa: F401
 # isort: on

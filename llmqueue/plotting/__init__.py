@@ -2,7 +2,8 @@
 (:mod:`.pending`), multi-engine runs (:mod:`.network`), Theorem 10's region
 (:mod:`.region`), Theorem 2 (:mod:`.theorem2`), capacity plans
 (:mod:`.capacity`), the Sarathi chunk sweep (:mod:`.chunks`), the KV-cache
-experiments (:mod:`.memory`) and sweeps (:mod:`.sweep`), all in the style of :mod:`.style`.
+experiments (:mod:`.memory`), greedy admission under KV memory (:mod:`.storms`)
+and sweeps (:mod:`.sweep`), all in the style of :mod:`.style`.
 
 The rules, the same for every figure function:
 
@@ -12,8 +13,8 @@ The rules, the same for every figure function:
   as it has panels, named in its docstring).
 * **Return value.**  Every figure function returns the
   :class:`~matplotlib.figure.Figure` it drew on (``ax.figure`` when given an
-  ``ax``), never the axes.  The one exception, :func:`animate_pending`,
-  returns its animation.
+  ``ax``), never the axes.  The exceptions, the animations
+  :func:`animate_pending` and :func:`animate_storm`, return their animation.
 * **Saving.**  No figure function writes a file.  The caller writes one with
   ``save(figure, path)`` (here, from :mod:`.style`), which creates the folder,
   writes the image (or a GIF for an animation), closes the figure and returns
@@ -35,11 +36,13 @@ from llmqueue.plotting.network import plot_against_load, plot_agents, plot_backl
 from llmqueue.plotting.pending import (animate_pending, plot_latency_cdfs, plot_pending,
                                        plot_pending_zoom)
 from llmqueue.plotting.region import plot_region
+from llmqueue.plotting.storms import animate_storm, plot_limit_cycle, plot_storm
 from llmqueue.plotting.style import save
 from llmqueue.plotting.sweep import plot_heat, plot_lines
 from llmqueue.plotting.theorem2 import plot_theorem2
 
-__all__ = ["animate_pending", "plot_against_load", "plot_agents", "plot_backlogs", "plot_capacity",
-           "plot_chunk_sweep", "plot_coprime", "plot_heat", "plot_latency_cdfs", "plot_lines",
-           "plot_memory_boundary", "plot_memory_waste", "plot_pending", "plot_pending_zoom",
-           "plot_region", "plot_table1", "plot_theorem2", "save"]
+__all__ = ["animate_pending", "animate_storm", "plot_against_load", "plot_agents",
+           "plot_backlogs", "plot_capacity", "plot_chunk_sweep", "plot_coprime", "plot_heat",
+           "plot_latency_cdfs", "plot_limit_cycle", "plot_lines", "plot_memory_boundary",
+           "plot_memory_waste", "plot_pending", "plot_pending_zoom", "plot_region", "plot_storm",
+           "plot_table1", "plot_theorem2", "save"]

@@ -1,0 +1,92 @@
+"""What SPEC 7.8.3 (``storms``) and 7.8.4 (``limit-cycle``) share: one
+request type of (20, 200) tokens, a KV cache of M = 100,000 tokens, greedy
+admission against WAIT(4), SPEC 7.8's engine and the figures read from a run.
+
+SPEC 7.8's engine: no kmax, a token budget that never binds (10**6), whole
+prompts, ``KV(capacity_tokens=M, block_size=1, admission="lazy",
+preemption="recompute", restart=...)``; every summary covers the second half
+of the run (the first half is a warm-up).  "Greedy" is ``sarathi`` with lazy
+admission: it starts every prompt that fits now (vLLM v1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from llmqueue.common.units import UNLIMITED, to_ticks
+from llmqueue.engine.kv import KV
+from llmqueue.engine.results import Result
+from llmqueue.engine.simulate import simulate
+from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.models.workload import Workload
+from llmqueue.policies.wait import Wait
+from llmqueue.theory.drift import edge_slope, window_times
+from llmqueue.theory.memory import kv_area, lambda_joint
+from llmqueue.theory.wait import lambda_wait, wait_thresholds
+
+VP, VD = 20, 200                 # tokens per prompt, per output
+M = 100_000                      # KV cache (tokens)
+C, A = 0.02, 2e-5                # SPEC 7.8.3's iteration time c + a b (s, s per token)
+LINEAR = Staircase(c=C, a=A, b0=1)
+QUOTA = 4                        # WAIT's n (wait_thresholds gives it too)
+BMAX = 10**6                     # a budget that never binds
+INITIAL = 3_000                  # requests waiting at t = 0 in a full start
+SATURATION = 1.5                 # saturated arrivals, a multiple of the capacity
+POLICIES = ("greedy", "wait")
+
+
+def theory(latency: LatencyModel = LINEAR) -> Dict[str, Any]:
+    """SPEC 7.8.3's closed forms on ``latency``: ``g`` (token-iterations), the
+    fixed point ``M / g`` (requests per iteration), ``b_star`` (tokens),
+    ``mu_mem`` and ``lambda_joint`` (req/s) with the ``binding`` resource,
+    WAIT's quota ``wait_n``, its iteration ``wait_tau`` (s), its KV
+    ``wait_kv`` (tokens) and ``lambda_wait`` (req/s)."""
+    g = kv_area(VP, VD)
+    joint = lambda_joint(M, VP, VD, g, BMAX, latency)
+    n = wait_thresholds([(VP, VD, 1)], M)[0]
+    rate = lambda_wait([(VP, VD, 1)], [n], latency)
+    return {"g": g, "fixed_point": M / g, "b_star": joint.b_star, "mu_mem": joint.memory,
+            "lambda_joint": joint.rate, "binding": joint.binding, "wait_n": n,
+            "wait_tau": n / rate, "wait_kv": n * g, "lambda_wait": rate}
+
+
+def policy(name: str) -> object:
+    """``greedy`` is ``sarathi`` (lazy admission does the rest); ``wait`` is
+    ``Wait(n=4, gate="all", idle="strict")``, the paper's code."""
+    if name not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {name!r}")
+    return "sarathi" if name == "greedy" else Wait(n=QUOTA, gate="all", idle="strict")
+
+
+def label(name: str) -> str:
+    """A policy's name in row labels: ``greedy`` or ``wait(4)``."""
+    return "greedy" if name == "greedy" else f"wait({QUOTA})"
+
+
+def serve(workload: Workload, scheduler: object, horizon: float, *,
+          latency: LatencyModel = LINEAR, restart: str = "keep",
+          watermark: Optional[float] = None, batches: bool = True, timeseries: bool = True,
+          requests: bool = False) -> Result:
+    """One run on SPEC 7.8's engine until ``horizon`` s, its summary over the
+    second half.  "No kmax" is passed as ``UNLIMITED`` slots: with
+    ``kmax=None`` the engine would keep every finished request alive until
+    the end of a saturated run."""
+    return simulate(workload, scheduler, bmax=BMAX, kmax=UNLIMITED, chunked=False,
+                    latency=latency, horizon=horizon, warmup=horizon / 2,
+                    kv=KV(capacity_tokens=M, restart=restart, watermark=watermark),
+                    batches=batches, timeseries=timeseries, requests=requests)
+
+
+def pending_slope(result: Result, horizon: float) -> Tuple[Optional[float], Optional[float]]:
+    """Slope of pending (req/s) over the second half of a run of ``horizon`` s
+    (recorded with ``timeseries=True``) and its standard error: pending read at
+    the drift windows' edges, as the backlog slope is."""
+    if result.series is None:
+        raise ValueError("pending_slope needs a run recorded with timeseries=True")
+    edges = window_times(to_ticks(horizon))
+    times = np.array([t for t, _, _ in result.series], dtype=np.int64)
+    pending = np.array([p for _, p, _ in result.series], dtype=np.int64)
+    at = np.searchsorted(times, edges, side="right") - 1
+    return edge_slope(edges, [int(pending[i]) if i >= 0 else 0 for i in at])
