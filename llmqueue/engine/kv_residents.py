@@ -57,13 +57,18 @@ class Held:
     """Tokens it processed a second (or later) time."""
     high: int = 0
     """Most KV tokens it ever held before its last preemption."""
+    redo: bool = False
+    """Whether its next decode tokens re-process positions it held before."""
     area: int = 0
     """Σ over iterations of its KV (token-iterations), settled to ``n0``."""
     n0: int = 0
+    """The iteration count up to which ``area`` is settled."""
     cs0: int = 0
-    redo: bool = False
+    """The decode clocks' running sum at ``n0`` (for the area of a served decoder)."""
     first_prefill: Optional[int] = None
+    """When its first incarnation's prefill ended (ns); kept across preemptions."""
     ignored: bool = False
+    """Rejected on arrival: it could never fit the cache."""
     """Rejected on arrival: it could never fit (SPEC 7.1)."""
     swaps: int = 0
     """Of its preemptions, those that moved its KV to the swap pool."""

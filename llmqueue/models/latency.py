@@ -100,10 +100,15 @@ class StepModel:
     """
 
     base: float = 0.005
+    """Seconds every iteration costs."""
     per_decode: float = 0.0008
+    """Seconds per decode token."""
     per_prefill: float = 0.00002
+    """Seconds per prefill token."""
     attention: float = 0.0003
+    """Seconds times ``p ** exponent``: attention over the prompt tokens."""
     exponent: float = 0.6
+    """The power of the attention term."""
     charge_waiting: bool = False
     """Also charge ``per_decode`` for each decoder a batch leaves waiting: the
     chunked-prefill notebook's whole-prefill baseline (SPEC 6.6 ``baseline=notebook``)."""
