@@ -90,3 +90,36 @@ def test_skip_ahead_actually_skips_with_memory():
         steps += 1
     assert engine.recorder.batches > 4000
     assert steps < engine.recorder.batches * 1.2  # stepping takes about 1.8 steps each
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_choices_that_skip_the_gate_when_memory_is_roomy_match_the_gate(seed, monkeypatch):
+    """With lazy admission in blocks of one token and at least bmax blocks free,
+    a decodes-first policy's batch under bmax is what the gate would accept:
+    the same run with that shortcut turned off gives the same batches, memory
+    log and figures, whether memory binds now and then or never."""
+    import random
+
+    from llmqueue.engine import kv_scheduler
+    rng = random.Random(seed)
+    rows = []
+    t = 0.0
+    for _ in range(150):
+        t += rng.expovariate(rng.choice([2.0, 6.0]))
+        rows.append((t, rng.randint(0, 600), rng.randint(1, 300)))
+    wl = q.from_list(rows)
+    kw = dict(bmax=rng.choice([64, 128, 512]), kmax=rng.choice([8, 32, None]),
+              chunked=rng.random() < 0.8, batches=True, requests=True,
+              kv=q.KV(capacity_tokens=rng.choice([3000, 20_000, 10**7]),
+                      restart=rng.choice(["keep", "scratch"])))
+    policy = rng.choice(["sarathi", "vllm", "fastertransformer"])
+
+    def outcome():
+        try:
+            r = q.simulate(wl, policy, **kw)
+        except ValueError as error:  # a whole prompt over bmax, a livelock: refused alike
+            return type(error).__name__, str(error)
+        return r.batch_log, r.kv_log, dict(r.summary)
+    fast = outcome()
+    monkeypatch.setattr(kv_scheduler, "roomy", lambda engine: False)
+    assert outcome() == fast

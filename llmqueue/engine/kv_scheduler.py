@@ -53,8 +53,10 @@ import simpy
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.gate import gate
+from llmqueue.engine.kv import UNSTARTED
 from llmqueue.engine.kv_invariants import check_state
 from llmqueue.engine.kv_swap import SwapResidents, preempt, swap_back
+from llmqueue.policies.builtin import VLLM, FasterTransformer, Sarathi
 from llmqueue.policies.view import IDLE, Plan, check_plan
 
 
@@ -78,6 +80,42 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
         return False
     tail = plan.prefill[len(plan.prefill) - len(started):]
     return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
+
+
+def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
+    """Whether this engine's choices may skip the gate whenever the free blocks
+    hold a whole budget (:func:`choose_roomy`): lazy admission in blocks of one
+    token, no watermark, no swap, and a decodes-first built-in policy
+    (``sarathi``, ``vllm``, ``fastertransformer``) with a finite budget."""
+    kv = engine.kv
+    return (kv.admission == "lazy" and kv.block_size == 1 and kv.reserve == 0
+            and kv.preemption != "swap" and engine.budget != UNLIMITED
+            and not engine.prefill_first and not engine.check_plans
+            and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
+
+
+def choose_roomy(engine) -> Choice:  # noqa: ANN001 - an Engine
+    """The choice when memory cannot bind it: every token takes one block and
+    at least ``bmax`` blocks are free, and every decoder holds KV already.
+    Then the gate would accept the policy's own batch under ``bmax`` as it
+    is (pass 1 takes the started residents' items in order, pass 2 the new
+    prompts after them, both charged in the order the policy charges them),
+    so the policy plans with the budget and the new starts are its prompts
+    that hold no KV yet.  ``tests/test_kv_skip.py`` checks that this gives the
+    gate's figures."""
+    residents = engine.residents
+    plan = engine.policy.plan(residents, engine.budget)
+    tokens = len(plan.decode)
+    starts = []
+    for r, n in plan.prefill:
+        tokens += n
+        if r.seq >= UNSTARTED:
+            starts.append(r)
+    residents.free -= tokens
+    for r in starts:
+        residents.start(r)
+    engine.last_starts = starts
+    return Choice(plan, 0, len(starts))
 
 
 def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an Engine
@@ -199,6 +237,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     check, skip = engine.check_invariants, engine.skip_ahead
     swap = isinstance(residents, SwapResidents)
     drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
+    fast, budget = roomy(engine), engine.budget
     stale = 0  # tokens processed since the last iteration with a fresh token
     while True:
         if env.peek() == env.now:
@@ -214,7 +253,10 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             yield gpu_request
             continue
         residents.settle()
-        choice = choose(engine, swap, drains)
+        if fast and residents.free >= budget and not residents.unstarted_decoders:
+            choice: Optional[Choice] = choose_roomy(engine)
+        else:
+            choice = choose(engine, swap, drains)
         used = kv.blocks - residents.free
         if choice is None:
             memory.level(env.now, residents.used_tokens, used)
