@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import coprime
 from llmqueue.plotting import plot_coprime, save
@@ -42,10 +42,7 @@ def main() -> None:
           f"(contrast vp = {params['short_vp']}, M = {params['short_kv']:,}), restart=scratch, "
           f"{ITERATIONS:,} iterations of 1 s, the second half measured\n")
     rows = coprime.run(params, RunOptions(horizon=float(ITERATIONS), seed=0))
-    print(table([result.row(label) for label, result in rows], coprime.COLUMNS))
-    for check in coprime.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    print("\n" + "\n".join(coprime.notes(rows, params)))
+    print(report(coprime.EXPERIMENT, rows, params))
     save(plot_coprime(rows, f"Greedy admission, two output lengths, restart=scratch: "
                       f"preemptions per iteration over iterations {ITERATIONS // 2:,}-"
                       f"{ITERATIONS:,}", (coprime.ABOUT_ZERO, coprime.PERSISTENT)), PLOT)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import memory_boundary as boundary
 from llmqueue.plotting import plot_memory_boundary, save
@@ -42,10 +42,7 @@ def main() -> None:
     print(f"Memory boundary: 1:1 workload, M = {params['kv']:,} tokens, {boundary.SEEDS} "
           f"seeds x {boundary.HORIZON:.0f} s per load\n")
     rows = boundary.run(params, RunOptions(horizon=boundary.HORIZON, seed=0))
-    print(table([result.row(label) for label, result in rows], boundary.COLUMNS))
-    for check in boundary.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    print("\n" + "\n".join(boundary.notes(rows, params)))
+    print(report(boundary.EXPERIMENT, rows, params))
     save(plot_memory_boundary(rows, SHOWN, "Stability under KV-cache memory: sarathi, "
                               f"U{{10..1600}} prompts and outputs, M = {params['kv']:,} "
                               "tokens, 0.0372 s per iteration"), PLOT)

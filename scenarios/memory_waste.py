@@ -30,7 +30,7 @@ import os
 
 import matplotlib.pyplot as plt
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import memory_waste, point_c
 from llmqueue.plotting import plot_memory_waste, plot_pending, save
@@ -48,10 +48,7 @@ def main() -> None:
           "tokens of KV\n")
     rows = memory_waste.run({**params, "point_c_kv": None}, RunOptions(horizon=HORIZON, seed=0))
     rows.append(memory_waste.point_c_row(params["point_c_kv"], memory_waste.POINT_C_HORIZON))
-    print(table([result.row(label) for label, result in rows], memory_waste.COLUMNS))
-    for check in memory_waste.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    print("\n" + "\n".join(memory_waste.notes(rows, params)))
+    print(report(memory_waste.EXPERIMENT, rows, params))
     fig = plt.figure(figsize=(18, 5), layout="constrained")
     axes = fig.subplots(1, 3)
     plot_memory_waste(rows, "Saturated policies under KV-cache memory (1:1 workload, "

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from llmqueue.cli.report import table
+from llmqueue.cli.report import report
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import nie_table1
 from llmqueue.plotting import plot_table1, save
@@ -43,10 +43,7 @@ def main() -> None:
     print(f"Nie et al. Table 1: M = {params['kv']:,} KV tokens, saturated sarathi, whole "
           f"prompts, {SEEDS} seeds x {HORIZON:.0f} s (second half measured)\n")
     rows = nie_table1.run(params, RunOptions(horizon=HORIZON, seed=0))
-    print(table([result.row(label) for label, result in rows], nie_table1.COLUMNS))
-    for check in nie_table1.checks(rows):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    print("\n" + "\n".join(nie_table1.notes(rows, params)))
+    print(report(nie_table1.EXPERIMENT, rows, params))
     save(plot_table1(rows, f"Nie et al. Table 1: memory capacity M / (b̄ E[g]), "
                      f"M = {params['kv']:,} tokens, against a saturated sarathi "
                      f"({SEEDS} seeds x {HORIZON:.0f} s)", tolerance=nie_table1.TOLERANCE), PLOT)

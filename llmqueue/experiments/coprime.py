@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Tuple
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result, Summary
 from llmqueue.experiments import memory_runs as mr
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.experiments.base import Check, Param, Rows
 from llmqueue.models.sizes import Fixed, Mixture
 from llmqueue.theory import memory
 
@@ -165,7 +165,7 @@ COLUMNS = [("lives", "lives", "{}"), ("gcd", "gcd", "{:d}"),
            ("kv_utilization", "KV used", "{:.2%}")]
 
 
-EXPERIMENT = register(Experiment(
+EXPERIMENT = mr.register_memory(
     name="coprime",
     summary="SPEC 7.8.5: two output lengths whose lives are coprime stop greedy admission's "
             "preemptions (vp 200, M 200,000, restart=scratch, 1 s per iteration)",
@@ -178,11 +178,4 @@ EXPERIMENT = register(Experiment(
             "short_vp": Param("int", SHORT_PROMPT, "prompt tokens of the contrast", low=1),
             "short_kv": Param("int", SHORT_CACHE, "KV cache of the contrast (tokens)", low=1),
             "scheduler": Param("str", "sarathi", "scheduling policy (greedy admission)")},
-    run=run,
-    horizon=float(DEFAULT_ITERATIONS),
-    seeded=True,
-    options=frozenset({"horizon", "seed"}),
-    checks=checks,
-    columns=COLUMNS,
-    notes=notes,
-))
+    run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=float(DEFAULT_ITERATIONS))

@@ -2,27 +2,23 @@
 request type of (20, 200) tokens, a KV cache of M = 100,000 tokens, greedy
 admission against WAIT(4), SPEC 7.8's engine and the figures read from a run.
 
-SPEC 7.8's engine: no kmax, a token budget that never binds (10**6), whole
-prompts, ``KV(capacity_tokens=M, block_size=1, admission="lazy",
-preemption="recompute", restart=...)``; every summary covers the second half
-of the run (the first half is a warm-up).  "Greedy" is ``sarathi`` with lazy
-admission: it starts every prompt that fits now (vLLM v1).
+SPEC 7.8's engine (``memory_runs``): no kmax, a token budget that never binds
+(10**6), whole prompts, ``KV(capacity_tokens=M, block_size=1,
+admission="lazy", preemption="recompute", restart=...)``; every summary
+covers the second half of the run (the first half is a warm-up), and the
+pending slope is ``memory_runs.pending_slope``.  "Greedy" is ``sarathi``
+with lazy admission: it starts every prompt that fits now (vLLM v1).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
-import numpy as np
-
-from llmqueue.common.units import UNLIMITED, to_ticks
-from llmqueue.engine.kv import KV
 from llmqueue.engine.results import Result
-from llmqueue.engine.simulate import simulate
+from llmqueue.experiments import memory_runs as mr
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
-from llmqueue.theory.drift import edge_slope, window_times
 from llmqueue.theory.memory import kv_area, lambda_joint
 from llmqueue.theory.wait import lambda_wait, wait_thresholds
 
@@ -31,9 +27,8 @@ M = 100_000                      # KV cache (tokens)
 C, A = 0.02, 2e-5                # SPEC 7.8.3's iteration time c + a b (s, s per token)
 LINEAR = Staircase(c=C, a=A, b0=1)
 QUOTA = 4                        # WAIT's n (wait_thresholds gives it too)
-BMAX = 10**6                     # a budget that never binds
 INITIAL = 3_000                  # requests waiting at t = 0 in a full start
-SATURATION = 1.5                 # saturated arrivals, a multiple of the capacity
+SATURATION = mr.SATURATION       # saturated arrivals, a multiple of the capacity
 POLICIES = ("greedy", "wait")
 
 
@@ -44,7 +39,7 @@ def theory(latency: LatencyModel = LINEAR) -> Dict[str, Any]:
     WAIT's quota ``wait_n``, its iteration ``wait_tau`` (s), its KV
     ``wait_kv`` (tokens) and ``lambda_wait`` (req/s)."""
     g = kv_area(VP, VD)
-    joint = lambda_joint(M, VP, VD, g, BMAX, latency)
+    joint = lambda_joint(M, VP, VD, g, mr.BMAX, latency)
     n = wait_thresholds([(VP, VD, 1)], M)[0]
     rate = lambda_wait([(VP, VD, 1)], [n], latency)
     return {"g": g, "fixed_point": M / g, "b_star": joint.b_star, "mu_mem": joint.memory,
@@ -69,24 +64,11 @@ def serve(workload: Workload, scheduler: object, horizon: float, *,
           latency: LatencyModel = LINEAR, restart: str = "keep",
           watermark: Optional[float] = None, batches: bool = True, timeseries: bool = True,
           requests: bool = False) -> Result:
-    """One run on SPEC 7.8's engine until ``horizon`` s, its summary over the
-    second half.  "No kmax" is passed as ``UNLIMITED`` slots: with
-    ``kmax=None`` the engine would keep every finished request alive until
-    the end of a saturated run."""
-    return simulate(workload, scheduler, bmax=BMAX, kmax=UNLIMITED, chunked=False,
-                    latency=latency, horizon=horizon, warmup=horizon / 2,
-                    kv=KV(capacity_tokens=M, restart=restart, watermark=watermark),
-                    batches=batches, timeseries=timeseries, requests=requests)
-
-
-def pending_slope(result: Result, horizon: float) -> Tuple[Optional[float], Optional[float]]:
-    """Slope of pending (req/s) over the second half of a run of ``horizon`` s
-    (recorded with ``timeseries=True``) and its standard error: pending read at
-    the drift windows' edges, as the backlog slope is."""
-    if result.series is None:
-        raise ValueError("pending_slope needs a run recorded with timeseries=True")
-    edges = window_times(to_ticks(horizon))
-    times = np.array([t for t, _, _ in result.series], dtype=np.int64)
-    pending = np.array([p for _, p, _ in result.series], dtype=np.int64)
-    at = np.searchsorted(times, edges, side="right") - 1
-    return edge_slope(edges, [int(pending[i]) if i >= 0 else 0 for i in at])
+    """One run of 7.8.3's setup (cache of ``M`` tokens, ``latency`` by
+    default linear) on SPEC 7.8's engine (:func:`memory_runs.serve
+    <llmqueue.experiments.memory_runs.serve>`) until ``horizon`` s, its
+    summary over the second half; batches and the pending series kept by
+    default."""
+    return mr.serve(workload, scheduler, latency, M, horizon, warmup=horizon / 2,
+                    restart=restart, watermark=watermark, batches=batches,
+                    timeseries=timeseries, requests=requests)

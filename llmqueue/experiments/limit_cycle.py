@@ -32,7 +32,8 @@ import numpy as np
 from llmqueue.common.units import TICKS_PER_SECOND
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.experiments import memory_runs as mr
+from llmqueue.experiments.base import Check, Param, Rows
 from llmqueue.experiments.greedy_memory import (INITIAL, M, SATURATION, VD, VP, label, policy,
                                                 serve, theory)
 from llmqueue.models.arrivals import Poisson
@@ -51,6 +52,13 @@ PROTOTYPE_SCRATCH = 2.247              # completions per iteration, greedy scrat
 PROTOTYPE_KEEP = 4.108                 # completions per iteration, greedy keep
 CYCLE_TOL = 0.02                       # relative, greedy scratch against M / ((vd+1)(vp+vd))
 KEEP_TOL = 0.05                        # relative, greedy keep against the fixed point M / g
+#: The table: completions per iteration (mean over whole cycles, least, most),
+#: preemptions, recompute and KV use over the second half.
+COLUMNS = [("completions_per_iteration", "done/iter", "{:.3f}"),
+           ("completions_min", "least", "{:d}"), ("completions_max", "most", "{:d}"),
+           ("preemptions_per_iteration", "preempt/iter", "{:.2f}"),
+           ("recompute_fraction", "recomputed", "{:.1%}"), ("kv_utilization", "KV used", "{:.1%}"),
+           ("batches", "iterations", "{:d}")]
 
 
 def workload(seed: int, initial: int = INITIAL) -> Workload:
@@ -166,22 +174,9 @@ def notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
     return lines
 
 
-COLUMNS = [("completions_per_iteration", "done/iter", "{:.3f}"),
-           ("completions_min", "least", "{:d}"), ("completions_max", "most", "{:d}"),
-           ("preemptions_per_iteration", "preempt/iter", "{:.2f}"),
-           ("recompute_fraction", "recomputed", "{:.1%}"), ("kv_utilization", "KV used", "{:.1%}"),
-           ("batches", "iterations", "{:d}")]
-
-EXPERIMENT = register(Experiment(
+EXPERIMENT = mr.register_memory(
     name="limit-cycle",
     summary="SPEC 7.8.4: greedy admission's worst-case limit cycle (restart=scratch, tau = 1) "
             "against WAIT(4) and restart=keep",
     params={"initial": Param("int", INITIAL, "requests at t = 0", low=1)},
-    run=run,
-    horizon=HORIZON,
-    seeded=True,
-    options=frozenset({"horizon", "seed", "batches", "requests", "timeseries"}),
-    checks=checks,
-    columns=COLUMNS,
-    notes=notes,
-))
+    run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=HORIZON, recordings=True)

@@ -31,7 +31,7 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result, Summary
 from llmqueue.experiments import memory_runs as mr
 from llmqueue.experiments import nie_table1 as table1
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.experiments.base import Check, Param, Rows
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.workload import compose
 from llmqueue.theory import memory
@@ -224,7 +224,7 @@ COLUMNS = [("load", "load", "{:.2f}"), ("rate", "req/s", "{:.3f}"),
            ("pending_mean", "pending mean", "{:.1f}"), ("verdict", "verdict", "{}")]
 
 
-EXPERIMENT = register(Experiment(
+EXPERIMENT = mr.register_memory(
     name="memory-boundary",
     summary="SPEC 7.8.2: pending slope against load around mu_mem (1:1 row, M = 131,000), "
             "whole prompts and sarathi-512 chunked",
@@ -233,11 +233,4 @@ EXPERIMENT = register(Experiment(
             "seeds": Param("int", DEFAULT_SEEDS, "runs per load (SPEC: 8)", low=2),
             "variants": Param("str", ",".join(VARIANTS), "whole, chunked or both"),
             "kv": Param("int", table1.CACHE, "KV cache size (tokens)", low=1)},
-    run=run,
-    horizon=DEFAULT_HORIZON,
-    seeded=True,
-    options=frozenset({"horizon", "seed"}),
-    checks=checks,
-    columns=COLUMNS,
-    notes=notes,
-))
+    run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=DEFAULT_HORIZON)

@@ -5,21 +5,25 @@ pending slope over the second half of a run and means over seeds.
 
 The experiments built on it: ``nie-table1`` (7.8.1), ``memory-boundary``
 (7.8.2), ``coprime`` (7.8.5) and ``memory-waste`` (7.8.6); 7.8.3 and 7.8.4
-(greedy admission against ``wait``) fit beside them the same way.
+(greedy admission against ``wait``, their setup in ``greedy_memory``) run on
+the same engine.  Each registers itself with :func:`register_memory`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.common.params import Param
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.kv import KV
 from llmqueue.engine.results import Result
+from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
+from llmqueue.experiments.base import Check, Column, Experiment, Rows, register
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.models.sizes import SizeLaw, UniformInt
@@ -35,6 +39,9 @@ SATURATION = 1.5
 #: once serves that many in every iteration, minutes of computing per
 #: simulated iteration (SPEC 7.8's runs need at most about 2,000).
 MAX_BACKLOG = 20_000
+#: The logs an experiment may keep besides its figures (``--batches``,
+#: ``--requests``, ``--timeseries``).
+RECORDINGS = frozenset({"batches", "requests", "timeseries"})
 
 
 def constant_time(tau: float) -> Staircase:
@@ -50,11 +57,12 @@ def uniform(low: int, high: int) -> UniformInt:
     return UniformInt(low, high + 1)
 
 
-def memory_kv(M: int, restart: str = "keep") -> KV:
+def memory_kv(M: int, restart: str = "keep", watermark: Optional[float] = None) -> KV:
     """SPEC 7.8's cache: ``M`` tokens in blocks of 1, lazy admission,
-    preemption by recompute with ``restart`` (``keep`` or ``scratch``)."""
+    preemption by recompute with ``restart`` (``keep`` or ``scratch``), and
+    the admission ``watermark`` (``None``: none)."""
     return KV(capacity_tokens=M, block_size=1, admission="lazy", preemption="recompute",
-              restart=restart)
+              restart=restart, watermark=watermark)
 
 
 def backlog_at_start(M: int, mean_prompt: float) -> int:
@@ -86,9 +94,11 @@ def saturated(capacity: float, prefill: SizeLaw, decode: SizeLaw, M: int, seed: 
 
 def serve(workload: Workload, policy: object, latency: LatencyModel, M: int, horizon: float,
           *, warmup: float = 0.0, chunked: bool = False, bmax: Optional[int] = BMAX,
-          restart: str = "keep", timeseries: bool = False) -> Result:
+          restart: str = "keep", watermark: Optional[float] = None, timeseries: bool = False,
+          batches: bool = False, requests: bool = False) -> Result:
     """One run on SPEC 7.8's engine: no kmax, whole prompts unless
-    ``chunked``, the cache of :func:`memory_kv`.
+    ``chunked``, the cache of :func:`memory_kv`; ``timeseries``, ``batches``
+    and ``requests`` keep those logs.
 
     "No kmax" is passed as :data:`~llmqueue.common.units.UNLIMITED` slots, not
     ``kmax=None``: the figures are the same, but with ``kmax=None`` the engine
@@ -96,8 +106,8 @@ def serve(workload: Workload, policy: object, latency: LatencyModel, M: int, hor
     back into an infinite pool, which never accepts it), so memory grows with
     every arrival; a saturated run serves millions."""
     return simulate(workload, policy, bmax=bmax, kmax=UNLIMITED, chunked=chunked, latency=latency,
-                    kv=memory_kv(M, restart), horizon=horizon, warmup=warmup,
-                    timeseries=timeseries)
+                    kv=memory_kv(M, restart, watermark), horizon=horizon, warmup=warmup,
+                    timeseries=timeseries, batches=batches, requests=requests)
 
 
 def pending_slope(result: Result, horizon: float) -> Tuple[Optional[float], Optional[float]]:
@@ -133,3 +143,17 @@ def parse_numbers(name: str, text: str) -> List[float]:
     if not values or not all(np.isfinite(x) and x > 0 for x in values):
         raise ValueError(f"{name} must be comma-separated numbers > 0; got {text!r}")
     return values
+
+
+def register_memory(name: str, summary: str, params: Dict[str, Param],
+                    run: Callable[[Dict[str, Any], RunOptions], Rows],
+                    checks: Callable[[Rows], List[Check]], columns: Sequence[Column],
+                    notes: Callable[[Rows, Dict[str, Any]], List[str]], *, horizon: float,
+                    recordings: bool = False) -> Experiment:
+    """Register one of SPEC 7.8's experiments: seeded, honouring ``horizon``
+    and ``seed`` (and the :data:`RECORDINGS` when ``recordings``), with its
+    own checks, columns and notes."""
+    options = {"horizon", "seed"} | (RECORDINGS if recordings else set())
+    return register(Experiment(name=name, summary=summary, params=params, run=run,
+                               horizon=horizon, seeded=True, options=frozenset(options),
+                               checks=checks, columns=columns, notes=notes))

@@ -36,7 +36,7 @@ from llmqueue.engine.results import Result
 from llmqueue.experiments import memory_runs as mr
 from llmqueue.experiments import nie_table1 as table1
 from llmqueue.experiments import point_c
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.experiments.base import Check, Param, Rows
 from llmqueue.hardware import kv_capacity
 from llmqueue.hardware import model as find_model
 from llmqueue.models.latency import Staircase
@@ -132,20 +132,10 @@ def checks(rows: Rows) -> List[Check]:
         out.append(Check("orca serves exactly as sarathi (whole prompts, no budget)", same,
                          f"{s['orca']['completed']} against {s['sarathi']['completed']} "
                          "requests finished"))
-    for name, target in AREA.items():
-        if name in s:
-            a = s[name]["area_over_g"]
-            out.append(Check(f"{name}: memory area per request about {target:g} E[g] "
-                             f"(+- {AREA_TOLERANCE:g})",
-                             a is not None and abs(a - target) <= AREA_TOLERANCE,
-                             f"{a:.3f} E[g]" if a is not None else "undefined"))
-    for name, target in UTILIZATION.items():
-        if name in s:
-            u = s[name]["kv_utilization"]
-            out.append(Check(f"{name}: KV utilization about {target:.0%} "
-                             f"(+- {UTILIZATION_TOLERANCE:.0%})",
-                             u is not None and abs(u - target) <= UTILIZATION_TOLERANCE,
-                             f"{u:.1%}" if u is not None else "undefined"))
+    out += _near(s, "area_over_g", "memory area per request", AREA, AREA_TOLERANCE,
+                 ("g", ".3f", " E[g]"))
+    out += _near(s, "kv_utilization", "KV utilization", UTILIZATION, UTILIZATION_TOLERANCE,
+                 (".0%", ".1%", ""))
     for label, v in s.items():
         if label.startswith("point-c"):
             out.append(Check("point C with a real KV cache: memory binds and the run is unstable",
@@ -154,6 +144,23 @@ def checks(rows: Rows) -> List[Check]:
                              f"binding {v['binding']}, verdict {v['verdict']}, mu_mem "
                              f"{v['mu_mem_t128']:.2f} (b̄ = t_128) / {v['mu_mem']:.2f} "
                              f"(envelope) against lambda {v['rate']:.2f} req/s"))
+    return out
+
+
+def _near(s: Dict[str, Any], key: str, what: str, targets: Dict[str, float],
+          tolerance: float, formats: Tuple[str, str, str]) -> List[Check]:
+    """One check per policy of ``targets`` that ran: its summary's ``key``
+    within ``tolerance`` of the target.  ``formats``: the target's and the
+    tolerance's format, the measured value's, and the unit after both."""
+    spec, measured, unit = formats
+    out = []
+    for name, target in targets.items():
+        if name in s:
+            x = s[name][key]
+            out.append(Check(f"{name}: {what} about {target:{spec}}{unit} "
+                             f"(+- {tolerance:{spec}})",
+                             x is not None and abs(x - target) <= tolerance,
+                             f"{x:{measured}}{unit}" if x is not None else "undefined"))
     return out
 
 
@@ -194,7 +201,7 @@ COLUMNS = [("throughput_requests_per_s", "req/s", "{:.4f}"),
            ("verdict", "verdict", "{}")]
 
 
-EXPERIMENT = register(Experiment(
+EXPERIMENT = mr.register_memory(
     name="memory-waste",
     summary="SPEC 7.8.6: saturated throughput of the four policies under memory (1:1 row), "
             "and point C with a real KV cache",
@@ -203,11 +210,4 @@ EXPERIMENT = register(Experiment(
             "point_c_kv": Param("int-or-none", POINT_C_KV,
                                 "KV cache of the point-C row (tokens; none: no such row)",
                                 low=1)},
-    run=run,
-    horizon=HORIZON,
-    seeded=True,
-    options=frozenset({"horizon", "seed"}),
-    checks=checks,
-    columns=COLUMNS,
-    notes=notes,
-))
+    run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=HORIZON)

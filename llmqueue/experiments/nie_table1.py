@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result, Summary
 from llmqueue.experiments import memory_runs as mr
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.experiments.base import Check, Param, Rows
 from llmqueue.theory import memory
 
 CACHE = 131_000       # KV tokens
@@ -207,7 +207,7 @@ COLUMNS = [("tau", "b̄ s", "{:.4f}"), ("mu_calculator", "mu calc", "{:.4f}"),
            ("kv_utilization", "KV used", "{:.2%}"), ("area_over_g", "area/E[g]", "{:.3f}")]
 
 
-EXPERIMENT = register(Experiment(
+EXPERIMENT = mr.register_memory(
     name="nie-table1",
     summary="SPEC 7.8.1: Nie et al.'s Table 1, mu_mem in closed form and a saturated "
             "sarathi that reaches it (M = 131,000)",
@@ -217,11 +217,4 @@ EXPERIMENT = register(Experiment(
             "load": Param("float", mr.SATURATION, "arrival rate over mu (above 1: saturated)",
                           above=1.0),
             "seeds": Param("int", 1, "runs per row (figures averaged)", low=1)},
-    run=run,
-    horizon=HORIZON,
-    seeded=True,
-    options=frozenset({"horizon", "seed"}),
-    checks=checks,
-    columns=COLUMNS,
-    notes=notes,
-))
+    run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=HORIZON)

@@ -45,9 +45,10 @@ import numpy as np
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result, Summary
-from llmqueue.experiments.base import Check, Experiment, Param, Rows, register
+from llmqueue.experiments import memory_runs as mr
+from llmqueue.experiments.base import Check, Param, Rows
 from llmqueue.experiments.greedy_memory import (INITIAL, LINEAR, M, POLICIES, SATURATION, VD, VP,
-                                                label, pending_slope, policy, serve, theory)
+                                                label, policy, serve, theory)
 from llmqueue.models.arrivals import Poisson
 from llmqueue.models.workload import Workload, compose
 from llmqueue.theory.greedy import fluid_point
@@ -109,7 +110,7 @@ def storm_figures(result: Result, horizon: float) -> Dict[str, Any]:
     s = result.summary
     if result.kv_log is None or result.batch_log is None:
         raise ValueError("storm_figures needs a run recorded with batches=True")
-    slope, se = pending_slope(result, horizon)
+    slope, se = mr.pending_slope(result, horizon)
     hits = [b.start for b, k in zip(result.batch_log, result.kv_log) if k.preemptions]
     total = sum(k.preemptions for k in result.kv_log)
     return {key: s.get(key) for key in ("throughput_requests_per_s", "preemptions_per_iteration",
@@ -355,18 +356,11 @@ COLUMNS = [("rate", "req/s in", "{:.1f}"), ("initial", "at t=0", "{:d}"),
            ("pending_slope_se", "+- se", "{:.2f}"),
            ("storm_onset", "1st preempt s", "{:.0f}"), ("pending_final", "pending end", "{:d}")]
 
-EXPERIMENT = register(Experiment(
+EXPERIMENT = mr.register_memory(
     name="storms",
     summary="SPEC 7.8.3: preemption storms and metastability under greedy admission against "
             "WAIT(4) ((20, 200) tokens, M = 100,000, t = 0.02 + 2e-5 b)",
     params={"cases": Param("str", "all", f"comma-separated cases ({', '.join(CASES)}) or all"),
             "initial": Param("int", INITIAL, "requests at t = 0 in the full starts", low=1),
             "seeds": Param("int", 1, "runs per row (figures averaged)", low=1)},
-    run=run,
-    horizon=HORIZON,
-    seeded=True,
-    options=frozenset({"horizon", "seed", "batches", "requests", "timeseries"}),
-    checks=checks,
-    columns=COLUMNS,
-    notes=notes,
-))
+    run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=HORIZON, recordings=True)

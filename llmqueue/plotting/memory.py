@@ -15,9 +15,21 @@ from matplotlib.figure import Figure
 from llmqueue.engine.results import Result
 from llmqueue.plotting.style import (DATA_ZORDER, decorate, figure_for, label, panels_for,
                                      reference_hline, reference_vline, suptitle)
+from llmqueue.plotting.theorem2 import runs_over_time
 
 Rows = Sequence[Tuple[str, Result]]
 WIDTH = 0.38
+WORKLOAD = label("workload", "prompt : output length")
+POLICY = label("policy", "no token budget")
+
+
+def _bar_panel(ax: Axes, names: Sequence[str], top: float, title: str, xlabel: str,
+               ylabel: str) -> None:
+    """Name ``ax``'s bar groups (at 0, 1, ...) by ``names``, run its value
+    axis from 0 to ``top`` and decorate it."""
+    ax.set_xticks(np.arange(len(names)), names)
+    ax.set_ylim(0, top)
+    decorate(ax, title, xlabel, ylabel)
 
 
 def plot_table1(rows: Rows, title: str, tolerance: float = 0.03,
@@ -50,10 +62,9 @@ def plot_table1(rows: Rows, title: str, tolerance: float = 0.03,
         left.plot([i - 0.35, i + 0.35], [v["mu_calculator"]] * 2, color="tab:orange",
                   linestyle=":", linewidth=2, zorder=DATA_ZORDER,
                   label="calculator: chunks of 512, continuous moments" if i == 0 else None)
-    left.set_xticks(x, names)
-    left.set_ylim(0, 1.65 * max(v["mu"] for v in s))  # room for the legend above the bars
-    decorate(left, "Throughput against the memory capacity",
-             label("workload", "prompt : output length"), label("throughput", "req/s"))
+    # room for the legend above the bars
+    _bar_panel(left, names, 1.65 * max(v["mu"] for v in s),
+               "Throughput against the memory capacity", WORKLOAD, label("throughput", "req/s"))
     recomputed = [v["recompute_fraction"] or 0.0 for v in s]
     used = [v["kv_utilization"] or 0.0 for v in s]
     right.bar(x - WIDTH / 2, [100 * r for r in recomputed], WIDTH, color="tab:red",
@@ -64,10 +75,7 @@ def plot_table1(rows: Rows, title: str, tolerance: float = 0.03,
         right.annotate(f"{v['preemptions_per_iteration'] or 0.0:.3f}\npreempt/iter",
                        (i - WIDTH / 2, 100 * recomputed[i]), ha="center", va="bottom",
                        fontsize=8)
-    right.set_xticks(x, names)
-    right.set_ylim(0, 130)
-    decorate(right, "Preemption and memory use", label("workload", "prompt : output length"),
-             label("share", "%"))
+    _bar_panel(right, names, 130, "Preemption and memory use", WORKLOAD, label("share", "%"))
     suptitle(fig, title)
     return fig
 
@@ -82,19 +90,8 @@ def plot_memory_boundary(rows: Rows, shown: Sequence[str], title: str,
     Rows are a ``memory-boundary`` run: a ``saturated`` row per variant, then
     its load rows.  Draws into the two ``axes`` when given; returns the figure."""
     fig, (left, right) = panels_for(axes, 2, panel=(6.5, 5.0))
-    found = dict(rows)
-    for name, colour in zip(shown, ("tab:blue", "tab:red", "tab:green", "tab:purple")):
-        result = found[name]
-        t, pending, _ = result.timeseries()
-        left.step(t, pending, where="post", color=colour, linewidth=1,
-                  label=f"{name} ({result.summary['rate']:.2f} req/s), first seed")
-        expected = result.summary["fluid_slope"]
-        if expected is not None and len(t):
-            half = t[-1] / 2
-            start = float(np.interp(half, t, pending))
-            left.plot([half, t[-1]], [start, start + expected * half], color=colour,
-                      linestyle="--", label=f"expected slope {expected:.3f} req/s")
-    left.set_ylim(bottom=0)
+    runs_over_time(left, dict(rows), shown, "pending", "expected slope {:.3f} req/s",
+                   mid_run=True)
     decorate(left, "Pending over time, below and above mu", label("time", "s"),
              label("pending", "requests"))
     marked = False
@@ -183,10 +180,8 @@ def plot_memory_waste(rows: Rows, title: str, expected: Mapping[str, float],
               [expected[n] for n in names if n in expected], "D", color="black",
               zorder=DATA_ZORDER, label="SPEC 7.8.6: expected")
     reference_hline(left, 1.0, "mu = M / (b̄ E[g]) (memory capacity)")
-    left.set_xticks(x, names)
-    left.set_ylim(0, 1.3)
-    decorate(left, "Saturated throughput", label("policy", "no token budget"),
-             label("throughput / mu", "ratio"))
+    _bar_panel(left, names, 1.3, "Saturated throughput", POLICY,
+               label("throughput / mu", "ratio"))
     right.bar(x - WIDTH / 2, [v["area_over_g"] or 0.0 for _, v in kept], WIDTH,
               color="tab:purple", label="memory area per request / E[g]")
     right.bar(x + WIDTH / 2, [v["kv_utilization"] or 0.0 for _, v in kept], WIDTH,
@@ -199,9 +194,7 @@ def plot_memory_waste(rows: Rows, title: str, expected: Mapping[str, float],
                        "D" if offset < 0 else "o", color="black", zorder=DATA_ZORDER,
                        label=f"SPEC 7.8.6: {text}")
     reference_hline(right, 1.0, "E[g] / a full cache")
-    right.set_xticks(x, names)
-    right.set_ylim(0, 1.45)
-    decorate(right, "Where the memory goes", label("policy", "no token budget"),
-             label("ratio", "area / E[g], KV used / M"))
+    _bar_panel(right, names, 1.45, "Where the memory goes", POLICY,
+               label("ratio", "area / E[g], KV used / M"))
     suptitle(fig, title)
     return fig

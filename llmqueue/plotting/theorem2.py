@@ -3,7 +3,7 @@ the measured backlog slope against the load beside the fluid rate."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -12,6 +12,32 @@ from matplotlib.figure import Figure
 from llmqueue.engine.results import Result
 from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, reference_vline,
                                      suptitle)
+
+
+COLOURS = ("tab:blue", "tab:red", "tab:green", "tab:purple")
+
+
+def runs_over_time(ax: Axes, rows: Mapping[str, Result], shown: Sequence[str], series: str,
+                   slope_text: str, mid_run: bool = False) -> None:
+    """Draw ``series`` (``"backlog"`` or ``"pending"``) over time of the runs
+    ``rows[label]`` for each label of ``shown`` (their first seed, recorded
+    with ``timeseries=True``), each beside a dashed line of its summary's
+    ``fluid_slope`` (legend ``slope_text.format(slope)``): from the origin,
+    or with ``mid_run`` from its value at mid-run (none when the slope is
+    ``None``).  The count axis starts at 0."""
+    for name, colour in zip(shown, COLOURS):
+        result = rows[name]
+        t, pending, backlog = result.timeseries()
+        y = backlog if series == "backlog" else pending
+        ax.step(t, y, where="post", color=colour, linewidth=1,
+                label=f"{name} ({result.summary['rate']:.2f} req/s), first seed")
+        slope = result.summary["fluid_slope"]
+        if slope is not None and len(t):
+            start = t[-1] / 2 if mid_run else 0.0
+            level = float(np.interp(start, t, y)) if mid_run else 0.0
+            ax.plot([start, t[-1]], [level, level + slope * (t[-1] - start)], color=colour,
+                    linestyle="--", label=slope_text.format(slope))
+    ax.set_ylim(bottom=0)
 
 
 def plot_theorem2(rows: Dict[str, Result], shown: Sequence[str], capacity: float,
@@ -24,15 +50,7 @@ def plot_theorem2(rows: Dict[str, Result], shown: Sequence[str], capacity: float
     ``fluid_slope``, ``load``, ``slope``, ``slope_se`` and ``seeds``.  Draws
     into the two ``axes`` when given; returns the figure."""
     fig, (left, right) = panels_for(axes, 2, panel=(6.5, 5.0))
-    for name, colour in zip(shown, ("tab:blue", "tab:red", "tab:green", "tab:purple")):
-        result = rows[name]
-        t, _, backlog = result.timeseries()
-        left.step(t, backlog, where="post", color=colour, linewidth=1,
-                  label=f"{name} ({result.summary['rate']:.2f} req/s), first seed")
-        fluid = result.summary["fluid_slope"]
-        left.plot([0, t[-1]], [0, fluid * t[-1]], color=colour, linestyle="--",
-                  label=f"fluid: {fluid:.0f} tokens/s")
-    left.set_ylim(bottom=0)
+    runs_over_time(left, rows, shown, "backlog", "fluid: {:.0f} tokens/s")
     decorate(left, "Backlog over time, below and above capacity", label("time", "s"),
              label("backlog", "unprocessed tokens"))
 
