@@ -94,7 +94,7 @@ def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
             and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
 
 
-def choose_roomy(engine) -> Choice:  # noqa: ANN001 - an Engine
+def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
     """The choice when memory cannot bind it: every token takes one block and
     at least ``bmax`` blocks are free, and every decoder holds KV already.
     Then the gate would accept the policy's own batch under ``bmax`` as it
@@ -102,9 +102,12 @@ def choose_roomy(engine) -> Choice:  # noqa: ANN001 - an Engine
     prompts after them, both charged in the order the policy charges them),
     so the policy plans with the budget and the new starts are its prompts
     that hold no KV yet.  ``tests/test_kv_skip.py`` checks that this gives the
-    gate's figures."""
+    gate's figures.  An empty plan (nothing fits the budget) is left to
+    :func:`choose` (``None``), which knows the fallback and the stalls."""
     residents = engine.residents
     plan = engine.policy.plan(residents, engine.budget)
+    if not plan.decode and not plan.prefill:
+        return None
     tokens = len(plan.decode)
     starts = []
     for r, n in plan.prefill:
@@ -253,9 +256,10 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             yield gpu_request
             continue
         residents.settle()
+        choice: Optional[Choice] = None
         if fast and residents.free >= budget and not residents.unstarted_decoders:
-            choice: Optional[Choice] = choose_roomy(engine)
-        else:
+            choice = choose_roomy(engine)
+        if choice is None:
             choice = choose(engine, swap, drains)
         used = kv.blocks - residents.free
         if choice is None:
