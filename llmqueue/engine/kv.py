@@ -129,6 +129,13 @@ class KV:
     full) or ``none`` (an overflow raises).  ``watermark`` is the share of
     the blocks a new start must leave free (default 0.01 for ``prompt``,
     else 0).  ``max_tokens`` (``peak`` only) is the reservation per request.
+
+    Examples:
+        The cache holds ``M // B`` whole blocks: 1000 // 16 = 62, i.e. 992 tokens.
+
+        >>> kv = KV(capacity_tokens=1000, block_size=16)
+        >>> kv.blocks, kv.tokens
+        (62, 992)
     """
 
     capacity_tokens: Optional[int] = None

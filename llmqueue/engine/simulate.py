@@ -58,6 +58,16 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     let happen (0 when they fit the cache).  ``check_invariants`` checks the KV
     invariants of SPEC 7.3 on every iteration (slow; default: the environment
     variable ``LLMQUEUE_CHECK_INVARIANTS=1``).
+
+    Examples:
+        Three requests of 10 + 2 tokens, one a second: each runs alone, a
+        prefill then two decodes of ``t(b <= 128) = 0.04675`` s (the paper's
+        staircase), so 3 x 3 batches and the last ends at 3 + 3 x 0.04675 s.
+
+        >>> import llmqueue as q
+        >>> s = q.simulate(q.renewal(1.0, 10, 2, count=3)).summary
+        >>> s.completed, s.batches, round(s.duration, 5)
+        (3, 9, 3.14025)
     """
     if horizon is not None:
         validation.positive_number("horizon", horizon)

@@ -33,6 +33,12 @@ def kv_capacity(gpu: Union[str, GPU], model: Union[str, ModelShape], tp: int = 1
     - reserve_gib GiB) / kv_bytes_per_token)``; ``reserve_gib`` defaults to 0.15 at
     ``tp = 1`` and 0.6 otherwise.  A capacity <= 0 is a ValueError ("model does not
     fit") with the numbers.
+
+    Examples:
+        SPEC 8.4's worked example: CodeLlama-34B on one A100-80GB.
+
+        >>> kv_capacity("a100-80gb", "codellama-34b")
+        19106
     """
     g, m = find_gpu(gpu), find_model(model)
     validation.positive_int("tp", tp)

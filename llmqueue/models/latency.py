@@ -38,6 +38,13 @@ class Staircase:
     The defaults are the paper's fit for CodeLlama-34B on one A100-80GB.
     ``a = 0`` with ``c > 0`` is a constant iteration time (SPEC 9); ``a > 0``
     allows ``c = 0``.
+
+    Examples:
+        One step up to ``b0`` tokens, two just above: 0.01128 + 0.03547 (x 2).
+
+        >>> t = Staircase()
+        >>> round(t.tokens_time(128), 5), round(t.tokens_time(129), 5)
+        (0.04675, 0.08222)
     """
 
     c: float = 0.01128

@@ -73,6 +73,12 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     ``initial`` requests arrive at time 0, before the law's first arrival
     (SPEC 9's ``initial=N``: a backlog at the start, for metastability and
     saturated runs); they draw the first sizes and count towards ``count``.
+
+    Examples:
+        >>> from llmqueue.models import Renewal, compose
+        >>> [(a.time, a.prefill, a.decode) for a in compose(Renewal(0.5), 8, 4, count=4,
+        ...                                                 initial=2)]
+        [(0.0, 8, 4), (0.0, 8, 4), (0.5, 8, 4), (1.0, 8, 4)]
     """
     if not isinstance(arrivals, ArrivalLaw):
         raise ValueError(f"arrivals must be an arrival law (Renewal, Poisson, Gamma, "
@@ -102,7 +108,12 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:
-    """Arrivals at ``gap, 2*gap, 3*gap, ...`` (SPEC 2), each of fixed size."""
+    """Arrivals at ``gap, 2*gap, 3*gap, ...`` (SPEC 2), each of fixed size.
+
+    Examples:
+        >>> [a.time for a in renewal(0.4675, 290, 990, count=3)]  # point C's gaps
+        [0.4675, 0.935, 1.4025]
+    """
     _check_sizes(prefill, decode)
     return compose(Renewal(gap), prefill, decode, count,
                    description=f"renewal gap={gap} s, {prefill}+{decode} tokens")
@@ -110,7 +121,18 @@ def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) 
 
 def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
             count: Optional[int] = None) -> Workload:
-    """Poisson arrivals at ``rate`` per second, each of fixed size, seeded."""
+    """Poisson arrivals at ``rate`` per second, each of fixed size, seeded.
+
+    Examples:
+        Same seed, same times; the times increase and the sizes are fixed.
+
+        >>> w = poisson(2.0, 100, 50, seed=7, count=5)
+        >>> times = [a.time for a in w]
+        >>> times == [a.time for a in poisson(2.0, 100, 50, seed=7, count=5)]
+        True
+        >>> times == sorted(times) and times[0] > 0, {(a.prefill, a.decode) for a in w}
+        (True, {(100, 50)})
+    """
     _check_sizes(prefill, decode)
     return compose(Poisson(rate), prefill, decode, count, seed,
                    description=f"poisson rate={rate}/s, {prefill}+{decode} tokens, seed={seed}")

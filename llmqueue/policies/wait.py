@@ -104,6 +104,19 @@ class Wait(Policy):
     ``stages`` (``n^(1..K)``) instead of ``n``.  Needs a KV cache; ignores
     ``bmax``.  Without a quota (``Wait()``, as ``make_policy("wait")`` builds
     it) it only describes itself: an engine refuses it.
+
+    Examples:
+        Quota 2, four 10 + 2 token requests 0.01 s apart: nothing starts until
+        two are waiting, then the prompts start two by two (the second pair with
+        the first pair's first decodes).
+
+        >>> import llmqueue as q
+        >>> run = q.simulate(q.renewal(0.01, 10, 2, count=4), Wait(n=2),
+        ...                  kv=q.KV(capacity_tokens=1000), batches=True)
+        >>> [(b.prefill_tokens, b.decode_tokens) for b in run.batch_log]
+        [(20, 0), (20, 2), (0, 4), (0, 2)]
+        >>> Wait(n=2)
+        Wait(n=2, gate='all', idle='strict')
     """
 
     name = "wait"

@@ -63,7 +63,15 @@ def peak_token_rate(bmax: int, latency: Optional[LatencyModel] = None) -> float:
 def lambda_star(bmax: int, mean_prefill: float, mean_decode: float,
                 latency: Optional[LatencyModel] = None) -> float:
     """Requests per second at which the offered tokens equal the token capacity,
-    ``(bmax / t_bmax) / (m_p + m_d)``: the stability boundary of Theorem 2."""
+    ``(bmax / t_bmax) / (m_p + m_d)``: the stability boundary of Theorem 2.
+
+    Examples:
+        Point C (SPEC 6.1): 128 tokens per 0.04675 s over 290 + 990 tokens, i.e.
+        one request every 0.4675 s.
+
+        >>> round(lambda_star(128, 290, 990), 3)
+        2.139
+    """
     return token_capacity(bmax, latency) / _tokens_per_request(mean_prefill, mean_decode)
 
 

@@ -40,6 +40,12 @@ def kv_area(vp: int, vd: int, chunk: Optional[int] = None) -> float:
     prefill chunks of ``chunk`` tokens, Nie et al.'s closed form
     ``[(1 + vp/chunk) vp + 2 vd vp + (1 + vd) vd] / 2`` (exact when ``chunk``
     divides ``vp``).
+
+    Examples:
+        SPEC 7.8.3's request: 201 x 20 + 200 x 201 / 2 = 4020 + 20100.
+
+        >>> kv_area(20, 200)
+        24120
     """
     validation.token_count("vp", vp)
     validation.token_count("vd", vd)
@@ -123,6 +129,13 @@ def mu_mem(M: float, mean_g: float, b_bar: float) -> float:
 
     ``M`` KV capacity (tokens), ``mean_g`` = ``E[g]`` (token-iterations),
     ``b_bar`` mean iteration time (s).
+
+    Examples:
+        1000 tokens of cache, requests of area 100, 0.01 s iterations:
+        10 requests per iteration, 100 iterations per second.
+
+        >>> mu_mem(1000, 100, 0.01)
+        1000.0
     """
     validation.positive_number("M", M)
     validation.positive_number("mean_g", mean_g)
@@ -222,6 +235,16 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
     ``b_star < bmax`` whenever ``t(bmax)`` lies on the envelope (a linear or
     constant time, or ``bmax`` a multiple of ``b0``); otherwise the ceiling
     can let compute bind slightly earlier.
+
+    Examples:
+        SPEC 7.8.3: ``(vp, vd) = (20, 200)``, ``M = 100,000``, ``t = 0.02 + 2e-5 b``;
+        ``b* = 912.1`` tokens and memory binds at 108.41 req/s.
+
+        >>> from llmqueue.models import Linear
+        >>> j = lambda_joint(100_000, 20, 200, kv_area(20, 200), bmax=2048,
+        ...                  latency=Linear(c=0.02, per_token=2e-5))
+        >>> round(j.rate, 2), j.binding, round(j.b_star, 1)
+        (108.41, 'memory', 912.1)
     """
     model = Staircase() if latency is None else latency
     compute = lambda_star(bmax, mean_prefill, mean_decode, model)
@@ -266,7 +289,14 @@ def mu_mix(rates: Sequence[float], weights: Sequence[float]) -> float:
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
     """Bytes of KV cache per token, ``2 layers kv_heads head_dim dtype_bytes``
-    (a key and a value per layer and KV head; SPEC 7.1)."""
+    (a key and a value per layer and KV head; SPEC 7.1).
+
+    Examples:
+        CodeLlama-34B: 48 layers, 8 KV heads of 128, BF16: 2 x 48 x 8 x 128 x 2.
+
+        >>> kv_bytes_per_token(48, 8, 128)
+        196608
+    """
     validation.positive_int("layers", layers)
     validation.positive_int("kv_heads", kv_heads)
     validation.positive_int("head_dim", head_dim)
@@ -281,7 +311,15 @@ def kv_capacity_tokens(gpu_bytes: float, weights_bytes: float, activation_bytes:
     ``B floor((utilization gpu_bytes - weights_bytes - activation_bytes) /
     (bytes_per_token B))`` with ``B = block_size``.  All sizes in bytes;
     ``utilization`` in (0, 1].  Fewer than one block left is an error ("does
-    not fit", with the numbers)."""
+    not fit", with the numbers).
+
+    Examples:
+        0.9 x 80 GB - 68 GB - 2 GB = 2 GB, / (196608 x 16) B = 635.8 blocks:
+        635 whole blocks of 16 tokens.
+
+        >>> kv_capacity_tokens(80e9, 68e9, 2e9, 196608, block_size=16)
+        10160
+    """
     validation.positive_number("gpu_bytes", gpu_bytes)
     validation.nonnegative_number("weights_bytes", weights_bytes)
     validation.nonnegative_number("activation_bytes", activation_bytes)

@@ -45,6 +45,19 @@ class SLO:
     In seconds; with ``is_relative`` (built by :meth:`relative`) multiples of
     the request's unloaded latency of the same metric.  Every threshold given
     must be a finite number > 0.
+
+    Examples:
+        Three lone requests of 10 + 2 tokens on the paper's staircase have
+        TTFT 2 x 0.04675 s and E2E 3 x 0.04675 s: all meet a 0.1 s TTFT, none
+        a 0.1 s E2E.
+
+        >>> import llmqueue as q
+        >>> from llmqueue.theory.slo import attainment
+        >>> run = q.simulate(q.renewal(1.0, 10, 2, count=3), requests=True)
+        >>> attainment(run.latencies(), SLO(ttft=0.1, e2e=0.1)).per_metric
+        {'ttft': 1.0, 'e2e': 0.0}
+        >>> SLO(ttft=0.1).gated, SLO.relative(ttft=10).is_relative
+        ({'ttft': 0.1}, True)
     """
 
     ttft: Optional[float] = None

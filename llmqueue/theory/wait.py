@@ -47,6 +47,12 @@ def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
     counted in blocks (:func:`kv_area_blocks`), and ``M' = floor(M/B) B`` the
     cache in whole blocks of ``B = block_size`` tokens.  Then the steady-state
     KV ``sum n_j g_j <= M' - headroom`` (unless a quota is raised to 1).
+
+    Examples:
+        SPEC 7.8.3: one type of area 24,120 in 100,000 tokens, floor(4.146) = 4.
+
+        >>> wait_thresholds([(20, 200, 1.0)], 100_000)
+        [4]
     """
     checked = _types(types)
     validation.positive_int("M", M)
