@@ -31,7 +31,8 @@ def passed(checks):
 
 # --- the shared pieces --------------------------------------------------------
 def test_experiments_are_registered_after_the_others():
-    names = list(REGISTRY)
+    names = [n for n, e in REGISTRY.items()  # other tests may register their own
+             if e.run.__module__.startswith("llmqueue.experiments.")]
     # in SPEC 7.8's order: 7.8.1 to 7.8.6
     assert names[-6:] == ["nie-table1", "memory-boundary", "storms", "limit-cycle", "coprime",
                           "memory-waste"]

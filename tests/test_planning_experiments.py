@@ -184,6 +184,7 @@ def test_more_replications_resolve_k3_and_no_reported_k_failed():
                                                      capped.probes}[3].runs]
 
 
+@pytest.mark.slow
 def test_a_k_still_undecided_after_20_replications_is_not_reported():
     # seed 7: K = 3 is still undecided after 20 replications (some runs stop early,
     # so it cannot pass; their mean stays above the target, so it cannot fail)

@@ -16,9 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
 #: Commands of more than a few seconds: run only with ``-m slow``.
-SLOW = ("run azure", "run theorem2", "--dask", "llmqueue plan", "sweep kmax-point",
+SLOW = ("run azure", "run theorem2", "--dask", "llmqueue plan", "sweep ", "llmqueue plot ",
         "run goodput", "run engines", "run kmax-region", "run rybko-stolyar", "run vertex-c",
-        "run storms", "run limit-cycle")
+        "run storms", "run limit-cycle", "run blowup", "run coprime", "run nie-table1",
+        "run memory-boundary", "run memory-waste", "run agents", "run disaggregated",
+        "run parallel --set router=all")
 
 
 def readme_commands():
