@@ -84,19 +84,20 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
 
 def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
     """Whether this engine's choices may skip the gate whenever the free blocks
-    hold a whole budget (:func:`choose_roomy`): lazy admission in blocks of one
-    token, no watermark, no swap, and a decodes-first built-in policy
-    (``sarathi``, ``vllm``, ``fastertransformer``) with a finite budget."""
+    hold a whole budget (:func:`choose_roomy`): lazy admission, no watermark,
+    no swap, and a decodes-first built-in policy (``sarathi``, ``vllm``,
+    ``fastertransformer``) with a finite budget."""
     kv = engine.kv
-    return (kv.admission == "lazy" and kv.block_size == 1 and kv.reserve == 0
+    return (kv.admission == "lazy" and kv.reserve == 0
             and kv.preemption != "swap" and engine.budget != UNLIMITED
             and not engine.prefill_first and not engine.check_plans
             and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
 
 
 def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
-    """The choice when memory cannot bind it: every token takes one block and
-    at least ``bmax`` blocks are free, and every decoder holds KV already.
+    """The choice when memory cannot bind it: every token takes at most one
+    new block, at least ``bmax`` blocks are free, and every decoder holds KV
+    already.
     Then the gate would accept the policy's own batch under ``bmax`` as it
     is (pass 1 takes the started residents' items in order, pass 2 the new
     prompts after them, both charged in the order the policy charges them),
@@ -104,17 +105,26 @@ def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
     that hold no KV yet.  ``tests/test_kv_skip.py`` checks that this gives the
     gate's figures.  An empty plan (nothing fits the budget) is left to
     :func:`choose` (``None``), which knows the fallback and the stalls."""
-    residents = engine.residents
+    residents, kv = engine.residents, engine.kv
     plan = engine.policy.plan(residents, engine.budget)
     if not plan.decode and not plan.prefill:
         return None
-    tokens = len(plan.decode)
+    one = kv.block_size == 1
+    if one:
+        blocks = len(plan.decode)
+    elif len(plan.decode) == len(residents.decoding):
+        blocks = residents.decode_need()
+    else:
+        blocks = 0
+        for r in plan.decode:
+            blocks += kv.need(r, 1, True, True)
     starts = []
     for r, n in plan.prefill:
-        tokens += n
-        if r.seq >= UNSTARTED:
+        fresh = r.seq >= UNSTARTED
+        blocks += n if one else kv.need(r, n, False, not fresh)
+        if fresh:
             starts.append(r)
-    residents.free -= tokens
+    residents.free -= blocks
     for r in starts:
         residents.start(r)
     engine.last_starts = starts
