@@ -185,3 +185,35 @@ def test_laws_and_staircases_at_extreme_numbers_are_clear_errors():
     proc = subprocess.run([sys.executable, "-m", "llmqueue", "capacity", "--set", "c=1e308",
                            "--set", "a=1e308"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_pool_workers_die_with_a_killed_sweep(tmp_path):
+    """A sweep killed with SIGKILL leaves no worker behind (they ask the kernel
+    for a signal when their parent dies)."""
+    import os
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "llmqueue", "sweep", "theorem2", "--grid",
+                             "loads=0.9,1.1", "--seeds", "8", "--workers", "2", "--out",
+                             str(tmp_path / "s.csv")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def children():
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(proc.pid)],
+                             capture_output=True, text=True).stdout.split()
+        return [int(p) for p in out]
+    deadline = time.time() + 30
+    while len(children()) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    workers = children()
+    assert len(workers) >= 2, "the pool did not start"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.time() + 15
+    alive = workers
+    while alive and time.time() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in workers if os.path.exists(f"/proc/{p}")
+                 and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    assert not alive, f"orphaned workers: {alive}"

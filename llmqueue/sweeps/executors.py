@@ -6,7 +6,10 @@ process), so :func:`llmqueue.sweep.sweep` has one code path for them.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import signal
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -15,6 +18,18 @@ from llmqueue.common import validation
 
 if TYPE_CHECKING:
     from distributed import Client  # optional: only dask= needs it
+
+
+def die_with_parent() -> None:
+    """In a pool worker: ask the kernel to end this process when its parent
+    dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGTERM)``), so a sweep killed with
+    ``kill -9`` leaves no orphaned workers.  Elsewhere it does nothing: the
+    pool's own shutdown ends the workers of a parent that exits normally."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 @contextmanager
@@ -29,7 +44,7 @@ def open_executor(workers: Optional[int] = None, dask: Optional[str] = None
         if workers == 1:
             yield None
             return
-        pool = ProcessPoolExecutor(workers or os.cpu_count() or 1)
+        pool = ProcessPoolExecutor(workers or os.cpu_count() or 1, initializer=die_with_parent)
         try:
             yield pool
         finally:
