@@ -2,6 +2,7 @@
 
 import pytest
 
+import llmqueue as q
 from llmqueue import Constant, poisson, renewal, simulate
 
 
@@ -47,3 +48,15 @@ def test_poisson_arrivals_after_warmup_match_the_stream():
     s = simulate(poisson(3.0, 0, 1, seed=7), latency=Constant(0.01), horizon=30.0,
                  warmup=12.0).summary
     assert s["arrivals"] == sum(12.0 <= t < 30.0 for t in times)
+
+
+@pytest.mark.parametrize("kv", [None, 6000])
+def test_every_request_of_the_observed_span_is_accounted_for(kv):
+    """After a warm-up, arrivals = completed + ignored + pending at the end
+    - pending at the warm-up's end (reported as ``pending_start``)."""
+    wl = q.poisson(2.2, 290, 990, seed=1)
+    cache = None if kv is None else q.KV(capacity_tokens=kv)
+    s = q.simulate(wl, horizon=300, warmup=100, kv=cache).summary
+    ignored = s.get("ignored") or 0
+    assert s["pending_start"] > 0
+    assert s["arrivals"] == s["completed"] + ignored + s["pending_final"] - s["pending_start"]

@@ -61,6 +61,8 @@ class Recorder:
         self.arrivals = 0
         self.completed = 0
         self.pending = 0
+        #: pending when the observed span began (the warm-up's end; 0 without one)
+        self.pending_start = 0
         self.backlog = 0
         self.pending_max = 0
         self.backlog_max = 0
@@ -295,6 +297,7 @@ class Recorder:
         self.commit(now)
         self._advance(now)
         self._origin = now
+        self.pending_start = self.pending
         self._pending_area = self._backlog_area = 0
         self.pending_max = self.backlog_max = 0  # levels count once held after now
         self.arrivals = self.completed = 0

@@ -126,6 +126,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
                           mean_decode=getattr(workload, "mean_decode", None),
                           work_conserving=pol.work_conserving, bmax=budget, kmax=kmax,
                           latency=engine.latency), diverged_at=None)
+    if warmup:  # what the observed span starts with: arrivals = completed + ignored
+        summary = summary.with_figures(pending_start=recorder.pending_start)  # + pending growth
     if diverged is not None:
         summary = summary.with_figures(verdict="diverged", diverged_at=to_seconds(diverged.now))
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
