@@ -460,10 +460,6 @@ def test_restart_mid_run_counts_only_the_iterations_ended_after_it():
     assert rec.summary(200, 0, 2)["backlog_mean"] == 620 / 125
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "restart() mid-iteration: the iteration straddling the restart is committed later "
-    "with its whole duration in busy, so busy_fraction over [origin, end] counts GPU "
-    "time before origin and can exceed 1"))
 def test_busy_fraction_after_a_mid_iteration_restart_is_at_most_one():
     rec = Recorder(128)
     a, b = Request(0, 0, 6), Request(1, 0, 6)

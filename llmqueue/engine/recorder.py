@@ -198,7 +198,7 @@ class Recorder:
             final = self.backlog
             for i in range(n):
                 self._mark(first_end + i * t, final + (n - 1 - i) * b)
-        self._count(run, n, n * t)
+        self._count(run, n, start + (done + n) * t - max(start + done * t, self._origin))
         if self.batch_log is not None:
             rids, chunks = self._members
             self.batch_log.extend(Batch(start + i * t, t, prefill, decode, run.requests, rids,
@@ -232,7 +232,7 @@ class Recorder:
             final = self.backlog
             for i in range(n):
                 self._mark(ends[done + i], final + (n - 1 - i) * b)
-        self._count(run, n, ends[last] - begin)
+        self._count(run, n, ends[last] - max(begin, self._origin))
         if self.batch_log is not None:
             rids, chunks = self._members
             self.batch_log.extend(
@@ -244,7 +244,9 @@ class Recorder:
             self._run = None
 
     def _count(self, run: _Run, n: int, busy: int) -> None:
-        """Count ``n`` more iterations of ``run`` (``busy`` ticks in all)."""
+        """Count ``n`` more iterations of ``run`` (``busy`` ticks in all: only those
+        after the observed span's origin, for an iteration that straddles a
+        warm-up restart)."""
         decode, prefill, done = run.decode, run.prefill, run.done
         b = decode + prefill
         self.batches += n
