@@ -55,3 +55,18 @@ def test_fastertransformer_at_point_c_runs_long_without_logs_in_little_memory():
     assert s["verdict"] == "unstable" and s["waiting_final"] > 40_000
     # the waiting line is the only thing that grows: a few hundred bytes a request
     assert peak < 400 * s["waiting_final"] + 2_000_000
+
+
+def test_finished_requests_do_not_stay_in_memory_without_a_slot_limit():
+    """kmax=None: a finished request gives back no slot (a put into a full pool
+    of inf slots would wait forever and keep it alive); 40,000 requests served
+    one after another hold a few MB, not tens."""
+    import tracemalloc
+
+    import llmqueue as q
+    tracemalloc.start()
+    s = q.simulate(q.renewal(0.05, 20, 5), "sarathi", bmax=128, kmax=None, horizon=2000).summary
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert s["completed"] >= 39_990
+    assert peak < 15 * 2**20

@@ -248,11 +248,14 @@ class Engine:
             self._wake.succeed()
 
     def _request(self, r: Request) -> Generator[simpy.Event, object, None]:
-        """One request's life after admission: prefill, decode, release."""
+        """One request's life after admission: prefill, decode, release (of a
+        slot of a finite pool: a put into a full pool of ``inf`` slots would
+        wait forever and keep the finished request alive)."""
         if r.on_prefilled is not None:
             yield r.on_prefilled
         yield r.on_finished
-        yield self.pool.put(1)
+        if self.kmax is not None:
+            yield self.pool.put(1)
 
     def _end_of_instant(self) -> simpy.Event:
         return later_this_instant(self.env, END_OF_INSTANT)
