@@ -31,6 +31,7 @@ from llmqueue.experiments import storms  # noqa: F401
 from llmqueue.experiments import limit_cycle  # noqa: F401
 from llmqueue.experiments import coprime  # noqa: F401
 from llmqueue.experiments import memory_waste  # noqa: F401
+from llmqueue.experiments import theorem2_roofline  # noqa: F401
 # isort: on
 
 #: Parameters whose value names a file an experiment writes (a figure): outputs.

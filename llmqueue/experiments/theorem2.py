@@ -12,7 +12,7 @@ slope over the seeds, its standard error, and the fluid slope
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 import numpy as np
 
@@ -69,14 +69,8 @@ def load_row(fraction: float, runs: Sequence[Mapping[str, Any]], rate: float, fl
             "backlog_final": float(np.mean([r["backlog_final"] for r in runs]))}
 
 
-def run(params: Dict[str, Any], options: RunOptions) -> Rows:
-    """One row per load, from a sweep of the ``single`` scenario over the
-    arrival rate (Poisson, ``seeds`` replicates per rate, seeded from ``options.seed``).
-    Logs, when asked for, are those of each load's first replicate (run again
-    with the same options.seed)."""
-    from llmqueue import sweeps  # the sweep machinery imports the scenarios
-
-    p = params
+def check_seeds(p: Mapping[str, Any]) -> int:
+    """``p["seeds"]``, an integer >= 2, and a budget ``p["bmax"]`` (Theorem 2 needs one)."""
     seeds = p["seeds"]
     if not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"seeds must be an integer >= 2 (a standard error needs two "
@@ -84,30 +78,53 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     if p["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 here (Theorem 2 needs a budget); "
                          "got none")
-    latency = engine_kwargs(p)["latency"]
-    vp, vd = mean_sizes(p)
-    star = theory.lambda_star(p["bmax"], vp, vd, latency)
+    return seeds
+
+
+def measure(p: Mapping[str, Any], options: RunOptions, star: float,
+            fluid: Callable[[float], float], horizon: float, warmup: float = 0.0) -> Rows:
+    """One row per load of ``p["loads"]`` (fractions of ``star`` requests/s),
+    from a sweep of the ``single`` scenario over the arrival rate (Poisson,
+    ``p["seeds"]`` replicates per rate, seeded from ``options.seed``, each run
+    until ``options.horizon`` (else ``horizon``) with ``warmup`` seconds left
+    out); ``fluid(rate)`` is a row's fluid slope.  Logs, when asked for, are
+    those of each load's first replicate (run again with the same seed)."""
+    from llmqueue import sweeps  # the sweep machinery imports the scenarios
+
+    seeds = check_seeds(p)
     fractions = parse_loads(str(p["loads"]))
     rates = [fraction * star for fraction in fractions]
     fixed = {**{k: p[k] for k in ENGINE_PARAMS}, "arrival": "poisson", "vp": p["vp"],
              "vd": p["vd"]}
     tasks = sweeps.plan(single.EXPERIMENT, {"rate": rates}, seeds, fixed=fixed,
-                        horizon=options.horizon or HORIZON, base_seed=options.seed or 0)
+                        horizon=options.horizon or horizon, warmup=warmup,
+                        base_seed=options.seed or 0)
     runs = [row for rows in sweeps.execute(tasks, progress=False) for row in rows]
     out: Rows = []
     for i, (fraction, rate) in enumerate(zip(fractions, rates)):
-        fluid = theory.fluid_slope(rate, p["bmax"], vp, vd, latency)
         summary = Summary.from_mapping(load_row(fraction, runs[i * seeds:(i + 1) * seeds],
-                                                rate, fluid))
+                                                rate, fluid(rate)))
         result = Result(summary)
         if options.asked() & {"batches", "requests", "timeseries"}:
             task = tasks[i * seeds]
-            again = replace(options, horizon=task.horizon, seed=task.seed)
+            again = replace(options, horizon=task.horizon, seed=task.seed, warmup=task.warmup)
             _, first = task.experiment.execute(task.params, again)[0]
             result = Result(summary, first.params, first.batch_log, first.request_log,
                             first.series)
         out.append((f"{fraction:.2f} lambda*", result))
     return out
+
+
+def run(params: Dict[str, Any], options: RunOptions) -> Rows:
+    """One row per load, as fractions of Theorem 2's lambda* (:func:`measure`),
+    beside the fluid slope ``max(0, lambda (m_p + m_d) - bmax / t_bmax)``."""
+    p = params
+    check_seeds(p)
+    latency = engine_kwargs(p)["latency"]
+    vp, vd = mean_sizes(p)
+    star = theory.lambda_star(p["bmax"], vp, vd, latency)
+    return measure(p, options, star,
+                   lambda rate: theory.fluid_slope(rate, p["bmax"], vp, vd, latency), HORIZON)
 
 
 EXPERIMENT = register(Experiment(
