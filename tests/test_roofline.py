@@ -278,3 +278,16 @@ def test_latency_command_errors(capsys, argv, message):
     assert main(["latency", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_capacity_search_prices_every_size_at_once_with_the_same_floats():
+    """peak_token_rate on a roofline tries every batch size up to 65,536: the
+    vectorised times are the scalar ones bit for bit, so the maximum is too."""
+    import numpy as np
+
+    from llmqueue.theory.capacity import peak_token_rate
+    model = q.Roofline("A100-80GB", "codellama-34b")
+    sizes = np.arange(1, 5001)
+    assert model.tokens_times(sizes).tolist() == [model.tokens_time(int(b)) for b in sizes]
+    scalar = max(b / model.tokens_time(b) for b in [*range(1, 65_537), 10**6])
+    assert peak_token_rate(10**6, model) == scalar

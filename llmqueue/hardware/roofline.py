@@ -204,6 +204,19 @@ class Roofline:
         validation.token_count("tokens", tokens, minimum=1)
         return self.batch_time(0, tokens, 1, BatchContext(0, 1, 0, tokens * tokens, 0))
 
+    def tokens_times(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`tokens_time` of every size in ``tokens`` (whole numbers >= 1) at
+        once, with the same operations in the same order (so the same floats):
+        the capacity search over every batch size up to ``bmax``."""
+        b = np.asarray(tokens, dtype=np.int64)
+        e = self.efficiency
+        padded = e.tile * -(-b // e.tile)
+        lin = np.maximum(self._gemm * padded + self._head * 1, self._weights)
+        ap = np.maximum(self._ap_flops * (0 + (b * b + b) / 2), self._ap_bytes * (0 + b))
+        ad = max(self._ad_flops * 0, self._ad_bytes * (0 + 0))
+        return (e.t_step + e.t_req * 1 + self._layer + lin + ap + ad + self._el * b
+                + (self._tp_fixed + self._tp_token * b))
+
     def batch_times(self, decode: int, prefill: int, requests: int, context: BatchContext,
                     k: int) -> List[float]:
         """Seconds of ``k`` back-to-back iterations of one batch (SPEC 8.2):

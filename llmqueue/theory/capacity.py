@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Mapping, Optional
 
+import numpy as np
+
 from llmqueue.common import validation
 from llmqueue.models.latency import Constant, LatencyModel, Staircase, tokens_time
 
@@ -57,7 +59,12 @@ def peak_token_rate(bmax: int, latency: Optional[LatencyModel] = None) -> float:
     """``max over 1 <= b <= bmax of b / t_b``: no policy serves tokens faster."""
     validation.positive_int("bmax", bmax)
     model = _model(latency)
-    return max(b / tokens_time(model, b) for b in _candidates(bmax, model))
+    sizes = _candidates(bmax, model)
+    many = getattr(model, "tokens_times", None)  # the roofline prices all sizes at once
+    if many is not None:
+        counts = np.array(list(sizes), dtype=np.int64)
+        return float(np.max(counts / many(counts)))
+    return max(b / tokens_time(model, b) for b in sizes)
 
 
 def lambda_star(bmax: int, mean_prefill: float, mean_decode: float,
