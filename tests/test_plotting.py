@@ -150,6 +150,11 @@ def test_sweep_labels_are_words_with_units(sweep_rows):
     ax = fig.axes[0]
     assert ax.get_ylabel() == "TTFT p99 (s)" and ax.get_xlabel() == "arrival rate (requests/s)"
     plt.close(fig)
+    # one line: its legend entry is the figure in words too, never the raw column name
+    one = [r for r in sweep_rows if r["bmax"] == sweep_rows[0]["bmax"]]
+    fig = plot_lines(one, "rate", "ttft_p99")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["TTFT p99 (s)"]
+    plt.close(fig)
 
 
 def test_wrong_number_of_axes_is_refused(runs):

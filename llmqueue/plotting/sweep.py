@@ -126,7 +126,7 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, hue: Optional[str] = None,
         mean = np.array([m[f"{y}_mean"] for m in members], dtype=float)
         half = np.array([m[f"{y}_ci95"] if m[f"{y}_ci95"] is not None else np.nan
                          for m in members], dtype=float)
-        name = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or y
+        name = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or figure_label(y)
         (line,) = ax.plot(xs, mean, marker="o", linewidth=1.5, label=name)
         ax.fill_between(xs, np.maximum(mean - half, floor), mean + half,
                         color=line.get_color(), alpha=0.2, linewidth=0)
