@@ -92,12 +92,13 @@ def test_skip_ahead_actually_skips_with_memory():
     assert steps < engine.recorder.batches * 1.2  # stepping takes about 1.8 steps each
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", range(36))
 def test_choices_that_skip_the_gate_when_memory_is_roomy_match_the_gate(seed, monkeypatch):
-    """With lazy admission (blocks of 1 or 16 tokens) and at least bmax blocks free,
-    a decodes-first policy's batch under bmax is what the gate would accept:
-    the same run with that shortcut turned off gives the same batches, memory
-    log and figures, whether memory binds now and then or never."""
+    """Whenever its blocks fit (any admission mode, blocks of 1 or 16 tokens,
+    with or without a watermark), a decodes-first policy's batch under bmax is
+    what the gate would accept: the same run with that shortcut turned off
+    gives the same batches, memory log and figures, whether memory binds now
+    and then or never."""
     import random
 
     from llmqueue.engine import kv_scheduler
@@ -111,7 +112,9 @@ def test_choices_that_skip_the_gate_when_memory_is_roomy_match_the_gate(seed, mo
     kw = dict(bmax=rng.choice([64, 128, 512]), kmax=rng.choice([8, 32, None]),
               chunked=rng.random() < 0.8, batches=True, requests=True,
               kv=q.KV(capacity_tokens=rng.choice([3000, 20_000, 10**7]),
-                      block_size=rng.choice([1, 16]), restart=rng.choice(["keep", "scratch"])))
+                      block_size=rng.choice([1, 16]), restart=rng.choice(["keep", "scratch"]),
+                      admission=rng.choice(["lazy", "prompt", "peak"]),
+                      watermark=rng.choice([None, None, 0.05])))
     policy = rng.choice(["sarathi", "vllm", "fastertransformer"])
 
     def outcome():

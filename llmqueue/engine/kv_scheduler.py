@@ -83,33 +83,30 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
 
 
 def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
-    """Whether this engine's choices may skip the gate whenever the free blocks
-    hold a whole budget (:func:`choose_roomy`): lazy admission, no watermark,
-    no swap, and a decodes-first built-in policy (``sarathi``, ``vllm``,
-    ``fastertransformer``) with a finite budget."""
-    kv = engine.kv
-    return (kv.admission == "lazy" and kv.reserve == 0
-            and kv.preemption != "swap" and engine.budget != UNLIMITED
+    """Whether this engine's choices may skip the gate when memory cannot bind
+    them (:func:`choose_roomy`): no swap, and a decodes-first built-in policy
+    (``sarathi``, ``vllm``, ``fastertransformer``) with a finite budget."""
+    return (engine.kv.preemption != "swap" and engine.budget != UNLIMITED
             and not engine.prefill_first and not engine.check_plans
             and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
 
 
 def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
-    """The choice when memory cannot bind it: every token takes at most one
-    new block, at least ``bmax`` blocks are free, and every decoder holds KV
-    already.
-    Then the gate would accept the policy's own batch under ``bmax`` as it
-    is (pass 1 takes the started residents' items in order, pass 2 the new
-    prompts after them, both charged in the order the policy charges them),
-    so the policy plans with the budget and the new starts are its prompts
-    that hold no KV yet.  ``tests/test_kv_skip.py`` checks that this gives the
-    gate's figures.  An empty plan (nothing fits the budget) is left to
-    :func:`choose` (``None``), which knows the fallback and the stalls."""
+    """The choice when memory does not bind it: the policy's own batch under
+    ``bmax``, when its items' blocks fit the free blocks (less the watermark's
+    reserve if it starts anyone) and every decoder holds KV already.
+    Then the gate would accept that batch as it is (pass 1 takes the started
+    residents' items in order, pass 2 the new starts after them, both charged
+    in the order the policy charges them, and no step runs short of blocks),
+    so the new starts are its items that hold no KV yet.
+    ``tests/test_kv_skip.py`` checks that this gives the gate's figures.
+    ``None`` (left to :func:`choose`, which knows preemption, the fallback and
+    the stalls) when the batch is empty or its blocks do not fit."""
     residents, kv = engine.residents, engine.kv
     plan = engine.policy.plan(residents, engine.budget)
     if not plan.decode and not plan.prefill:
         return None
-    one = kv.block_size == 1
+    one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token
     if one:
         blocks = len(plan.decode)
     elif len(plan.decode) == len(residents.decoding):
@@ -124,6 +121,8 @@ def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
         blocks += n if one else kv.need(r, n, False, not fresh)
         if fresh:
             starts.append(r)
+    if blocks > residents.free - (kv.reserve if starts else 0):
+        return None
     residents.free -= blocks
     for r in starts:
         residents.start(r)

@@ -128,7 +128,10 @@ class Engine:
         self.check_plans = self._check
         self.check_invariants = check_invariants
         self.last_starts: list = []  # the new starts of the last batch choice (KV cache)
-        self.prefill_first = bool(getattr(self.policy, "prefill_first", False))
+        # the order the KV gate charges a plan's phases in (a one-phase policy's
+        # plans hold one phase: the order is moot, and decodes-first is the fast one)
+        self.prefill_first = (bool(getattr(self.policy, "prefill_first", False))
+                              and bool(getattr(self.policy, "mixed", True)))
         self._ignored_warned = False
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
