@@ -32,7 +32,7 @@ def request_memory(requests, horizon):
     """Each request's memory record; with a horizon its recomputed tokens are
     left out: the fast engine books those of the iteration the horizon cuts
     off (the xfail test below)."""
-    return sorted((r.rid, r.memory.ignored, r.memory.preemptions,
+    return sorted((r.rid, r.memory.ignored, r.memory.preemptions, r.memory.swaps,
                    None if horizon is not None else r.memory.recomputed,
                    r.memory.area) for r in requests)
 
@@ -153,10 +153,39 @@ def test_run_reference_takes_a_kv_cache():
     assert all(r.finished is not None for r in requests)
 
 
-def test_the_reference_refuses_swap():
-    kv = q.KV(capacity_tokens=64, preemption="swap", swap_tokens=64)
-    with pytest.raises(ValueError, match="swap"):
-        run_reference_kv([], make_policy("sarathi"), kv)
+SWAP_CASES = 8
+
+
+@functools.lru_cache(maxsize=None)
+def swap_outcome(seed):
+    """``(swaps, recomputed victims)`` of random swap case ``seed`` (a pool of 64
+    or 256 tokens: some victims swap, others fall back to recompute) once both
+    engines agreed on it."""
+    rng = random.Random(2000 + seed)
+    name = NAMES[seed % 4]
+    kv = q.KV(capacity_tokens=rng.choice([192, 256]), block_size=rng.choice([1, 16]),
+              admission="prompt" if name == "vllm" else rng.choice(["lazy", "prompt"]),
+              preemption="swap", swap_tokens=rng.choice([64, 256]),
+              restart=rng.choice(["keep", "scratch"]),
+              swap_seconds_per_token=rng.choice([0.0, 1e-4]))
+    latency = rng.choice([q.Staircase(0.002, 0.01, 64),
+                          q.Roofline("A100-80GB", "codellama-34b")])
+    ref = compare(random_rows(rng, 80, 12.0), make_policy(name), kv, bmax=64,
+                  kmax=rng.choice([None, 32]), latency=latency, horizon=rng.choice([None, 12.0]))
+    assert ref is not None
+    swaps = sum(r.memory.swaps for r in ref.requests)
+    return swaps, sum(r.memory.preemptions for r in ref.requests) - swaps
+
+
+@pytest.mark.parametrize("seed", range(SWAP_CASES))
+def test_random_swap_configurations_match_the_reference(seed):
+    swap_outcome(seed)
+
+
+def test_the_swap_cases_really_swap():
+    results = [swap_outcome(seed) for seed in range(SWAP_CASES)]
+    assert sum(1 for swaps, _ in results if swaps) >= SWAP_CASES // 2, results
+    assert any(fallbacks for _, fallbacks in results), results  # a full pool recomputes
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,13 +195,15 @@ def test_the_reference_refuses_swap():
        capacity=st.integers(48, 160), admission=st.sampled_from(["lazy", "prompt", "peak"]),
        restart=st.sampled_from(["keep", "scratch"]), bmax=st.sampled_from([8, 32, 64]),
        kmax=st.sampled_from([None, 2, 5]), watermark=st.sampled_from([None, 0.0, 0.1]),
-       chunked=st.booleans())
+       chunked=st.booleans(), swap=st.booleans())
 def test_property_small_caches_match_the_reference(rows, name, block, capacity, admission,
-                                                   restart, bmax, kmax, watermark, chunked):
+                                                   restart, bmax, kmax, watermark, chunked,
+                                                   swap):
     arrivals = sorted((t / 10, vp, vd) for t, vp, vd in rows)
     kv = q.KV(capacity_tokens=max(capacity, block), block_size=block, admission=admission,
               restart=restart, watermark=watermark,  # peak never overflows: no preemption
-              preemption="none" if admission == "peak" else "recompute")
+              preemption="none" if admission == "peak" else "swap" if swap else "recompute",
+              swap_tokens=32 if swap and admission != "peak" else None)
     compare(arrivals, make_policy(name, chunked=chunked), kv, bmax=max(bmax, 40) if not chunked
             else bmax, kmax=kmax, latency=q.Constant(0.05))
 

@@ -26,8 +26,13 @@ prefill end and first token; a chunk bigger than the budget left is cut (a
 whole prompt is skipped in pass 1 and stops pass 2); recomputed tokens are the
 positions at or below the most KV the request held; memory area is the sum over
 iterations of the KV after allocation; livelocks and batches that can never
-form raise :class:`~llmqueue.engine.errors.Stalled`.  ``preemption="swap"`` is
-not modelled here (refused).
+form raise :class:`~llmqueue.engine.errors.Stalled`.  ``preemption="swap"``
+follows :mod:`llmqueue.engine.kv_swap`'s documented rules: one step's victims,
+oldest start first, move to the pool while it holds their blocks (else they
+are recomputed); while any is swapped the policy sees the started residents
+only (no new starts); after a pass 1 that preempted nobody they come back,
+oldest swap-out first, each with its next item, as the latest starts; the KV
+moved at a choice costs ``swap_seconds_per_token`` each, added to the iteration.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ class Memory:
     """Σ over iterations of its KV after allocation."""
     ignored: bool = False
     """Rejected on arrival: it can never fit (SPEC 7.1)."""
+    swaps: int = 0
+    """Of its preemptions, those that moved its KV to the swap pool."""
 
 
 class KVReference(NamedTuple):
@@ -90,9 +97,6 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                      latency: Optional[LatencyModel] = None,
                      horizon: Optional[float] = None) -> KVReference:
     """Step the model of SPEC 7 with the cache ``kv``; see the module docstring."""
-    if kv.preemption == "swap":
-        raise ValueError("the reference does not model preemption='swap'; allowed: "
-                         "recompute, none")
     latency = latency or Staircase()
     policy = policy.for_engine(latency, kmax)
     budget = bmax if bmax is not None else UNLIMITED
@@ -102,6 +106,9 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
     share = kv.watermark if kv.watermark is not None else (
         0.01 if kv.admission == "prompt" else 0.0)
     reserve = math.floor(share * blocks)
+    swap = kv.preemption == "swap"
+    pool = (kv.swap_tokens or 0) // size  # blocks of the swap pool
+    cost = kv.swap_seconds_per_token
 
     def ceil_blocks(tokens: int) -> int:
         return -(-tokens // size)
@@ -143,7 +150,8 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
     residents: List[Request] = []
     batches: List[Batch] = []
     kv_log: List[KVBatch] = []
-    counter = {"admitted": 0, "start": 0, "step": 0}
+    swapped: List[Request] = []  # KV in the swap pool, in the order they come back
+    counter = {"admitted": 0, "start": 0, "step": 0, "moved": 0}
     now = 0
     stale = 0
 
@@ -171,10 +179,19 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         return sorted(residents, key=lambda r: r.memory.key)
 
     def preempt(victims: List[Request]) -> None:
-        """One step's victims go to the front of the unstarted, oldest start first."""
+        """One step's victims, oldest start first, move to the swap pool while it
+        holds them (``swap``); the others go to the front of the unstarted."""
         counter["step"] += 1
         for r in victims:
             mem = r.memory
+            if swap and ceil_blocks(kv_of(r)) <= pool - sum(ceil_blocks(kv_of(s))
+                                                            for s in swapped):
+                mem.preemptions += 1
+                mem.swaps += 1
+                mem.key = (3, 0)  # out of every view, holding no block of the cache
+                swapped.append(r)
+                counter["moved"] += kv_of(r)
+                continue
             mem.high = max(mem.high, kv_of(r))
             mem.preemptions += 1
             mem.key = (1, -counter["step"], mem.key[1])
@@ -235,14 +252,42 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 starts.append(r)
         plan = Plan([r for r in proposal.decode if id(r) in accepted],
                     [(r, accepted[id(r)]) for r, _ in proposal.prefill if id(r) in accepted])
+        if not victims and swapped:
+            plan = swap_in(plan, left, free)
         return plan, victims, starts
+
+    def swap_in(plan: Plan, left: int, free: int) -> Plan:
+        """Swapped requests come back after pass 1, oldest swap-out first, each
+        with its next item, while it fits the budget and the watermark."""
+        decode, prefill = list(plan.decode), list(plan.prefill)
+        while swapped and left > 0:
+            r = swapped[0]
+            n = 1 if r.prefill_left == 0 else r.prefill_left
+            if n > left:
+                if not policy.chunked:
+                    break
+                n = left
+            wanted = need(r, n, r.prefill_left == 0)  # not started: all its blocks
+            if free - wanted < reserve:
+                break
+            swapped.pop(0)
+            r.memory.key = (0, counter["start"])  # the latest start
+            counter["start"] += 1
+            counter["moved"] += kv_of(r)
+            free -= wanted
+            left -= n
+            if r.prefill_left == 0:
+                decode.append(r)
+            else:
+                prefill.append((r, n))
+        return Plan(decode, prefill)
 
     def choose() -> Tuple[Plan, int, int]:
         """Propose and gate until a batch forms: the plan, preemptions, new starts."""
         preempted = 0
         fallback = False
         while True:
-            order = [r for r in ordered() if started(r) or not fallback]
+            order = [r for r in ordered() if started(r) or not (fallback or swapped)]
             view = SimpleView([r for r in order if r.prefill_left == 0],
                               [r for r in order if r.prefill_left > 0])
             plan, victims, starts = gate(policy(view, UNLIMITED))
@@ -268,6 +313,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 break
             now = incoming[0].arrival
             continue
+        counter["moved"] = 0
         plan, preempted, new = choose()
         decode = len(plan.decode)
         prefill = sum(n for _, n in plan.prefill)
@@ -281,13 +327,16 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         if stale > 8 * sum(r.vp + r.vd for r in residents):
             raise Stalled(f"livelock at t={now} ns: only recomputed tokens")
         if getattr(latency, "needs_context", False):
-            sitting = sum(1 for r in residents if r.prefill_left == 0) - decode
+            sitting = sum(1 for r in residents if r.prefill_left == 0
+                          and r not in swapped) - decode
             context = BatchContext.of([kv_of(r) for r in plan.decode],
                                       [(n, kv_of(r)) for r, n in plan.prefill], sitting)
             t = to_ticks(latency.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
                                             context=context))
         else:
             t = to_ticks(latency.batch_time(decode, prefill, requests))
+        if counter["moved"] and cost:  # the swap traffic of this choice
+            t += to_ticks(cost * counter["moved"])
         end = now + t
         if until is not None and end >= until:
             arrive_until(until, inclusive=False)  # they came before the horizon
@@ -313,7 +362,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                               sum(ceil_blocks(held(r)) for r in in_use),
                               preempted, recomputed, new))
         for r in served:
-            r.memory.area += kv_of(r)
+            r.memory.area += 0 if r in swapped else kv_of(r)
         residents = [r for r in residents if r.finished is None]
         while waiting and len(residents) < slots:
             admit(waiting.popleft(), end)
