@@ -13,6 +13,8 @@ from collections import deque
 from typing import Deque, Iterable, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED, to_ticks
+from llmqueue.engine.kv import KV
+from llmqueue.engine.reference_kv import run_reference_kv
 from llmqueue.engine.results import Batch
 from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import LatencyModel, Staircase
@@ -24,10 +26,16 @@ INF = float("inf")
 
 def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optional[int] = 128,
                   kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
-                  horizon: Optional[float] = None
+                  horizon: Optional[float] = None, kv: Optional[KV] = None
                   ) -> Tuple[List[Batch], List[Request]]:
     """Step the model; return the batch log and every request that arrived
-    (times in nanoseconds, as the fast engine's logs)."""
+    (times in nanoseconds, as the fast engine's logs).  With a KV cache ``kv``
+    the stepping is SPEC 7's (:func:`~llmqueue.engine.reference_kv.run_reference_kv`,
+    which also gives the memory log)."""
+    if kv is not None:
+        out = run_reference_kv(arrivals, policy, kv, bmax=bmax, kmax=kmax, latency=latency,
+                               horizon=horizon)
+        return out.batches, out.requests
     latency = latency or Staircase()
     policy = policy.for_engine(latency, kmax)
     budget = bmax if bmax is not None else UNLIMITED

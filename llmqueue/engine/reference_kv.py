@@ -1,0 +1,370 @@
+"""The reference engine with a KV cache: the plain stepping of SPEC 7.1-7.4.
+
+An independent, slow, obviously-correct counterpart of the fast engine under
+memory, for equivalence tests.  It shares only the parameter holder
+(:class:`~llmqueue.engine.kv.KV`, read for its fields), the policies, the
+latency models and the result records with the fast engine; the gate, the
+resident order, preemption and the memory accounting are written again here
+from SPEC 7, scanning every resident at every step:
+
+* a started resident occupies ``ceil(held / B)`` blocks, ``held`` being its KV
+  (``lazy``), its KV plus the rest of its current prompt (``prompt``) or its
+  peak (``peak``; ``max_tokens`` when set); the free blocks are ``N`` minus the
+  sum of these over the started residents, recounted at every choice;
+* residents are ordered by a key (SPEC 7.2): started ones ``(0, start)``, then
+  preempted ones ``(1, -step, start)`` (latest step first, one step's victims
+  oldest first), then the others ``(2, admission)``;
+* the policy proposes with no budget; the gate (SPEC 7.3) walks the started
+  residents' items (pass 1, preempting the latest start not yet allocated),
+  then, only if nobody was preempted, the new starts (pass 2, head of line);
+  it re-proposes after a preemption that accepted nothing and falls back to the
+  started residents alone when nothing was accepted (SPEC 7.3 steps 1 and 5).
+
+Decisions where SPEC is silent follow those documented in
+:mod:`llmqueue.engine.kv`: a victim keeps its kmax slot, its admission, first
+prefill end and first token; a chunk bigger than the budget left is cut (a
+whole prompt is skipped in pass 1 and stops pass 2); recomputed tokens are the
+positions at or below the most KV the request held; memory area is the sum over
+iterations of the KV after allocation; livelocks and batches that can never
+form raise :class:`~llmqueue.engine.errors.Stalled`.  ``preemption="swap"``
+follows :mod:`llmqueue.engine.kv_swap`'s documented rules: one step's victims,
+oldest start first, move to the pool while it holds their blocks (else they
+are recomputed); while any is swapped the policy sees the started residents
+only (no new starts); after a pass 1 that preempted nobody they come back,
+oldest swap-out first, each with its next item, as the latest starts; the KV
+moved at a choice costs ``swap_seconds_per_token`` each, added to the iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from llmqueue.common.units import UNLIMITED, to_ticks
+from llmqueue.engine.errors import Stalled
+from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_recorder import KVBatch
+from llmqueue.engine.results import Batch
+from llmqueue.models.context import BatchContext
+from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.policies.builtin import Policy
+from llmqueue.policies.view import Plan, Request, SimpleView
+
+INF = float("inf")
+Item = Tuple[Request, int, bool]  # (resident, tokens, is a decode)
+
+
+@dataclass
+class Memory:
+    """One request's memory state and record in the reference (``Request.memory``)."""
+
+    key: Tuple[int, ...] = (2, 0)
+    """Its order key (SPEC 7.2); ``key[0] == 0`` while it is started."""
+    preemptions: int = 0
+    """Times it was preempted."""
+    recomputed: int = 0
+    """Tokens it processed at positions it had processed before."""
+    high: int = 0
+    """The most KV tokens it held before a preemption."""
+    area: int = 0
+    """Σ over iterations of its KV after allocation."""
+    ignored: bool = False
+    """Rejected on arrival: it can never fit (SPEC 7.1)."""
+    swaps: int = 0
+    """Of its preemptions, those that moved its KV to the swap pool."""
+
+
+class KVReference(NamedTuple):
+    """What :func:`run_reference_kv` returns (times in nanoseconds)."""
+
+    batches: List[Batch]
+    """The batch log."""
+    kv_log: List[KVBatch]
+    """Memory per iteration, aligned with ``batches``."""
+    requests: List[Request]
+    """Every request that arrived, its :class:`Memory` in ``memory``."""
+
+
+def kv_of(r: Request) -> int:
+    """Tokens ``r`` processed in its current incarnation (its KV, SPEC 7.1)."""
+    return r.vp + r.vd - r.prefill_left - r.decode_left
+
+
+def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
+                     bmax: Optional[int] = 128, kmax: Optional[int] = 100,
+                     latency: Optional[LatencyModel] = None,
+                     horizon: Optional[float] = None) -> KVReference:
+    """Step the model of SPEC 7 with the cache ``kv``; see the module docstring."""
+    latency = latency or Staircase()
+    policy = policy.for_engine(latency, kmax)
+    budget = bmax if bmax is not None else UNLIMITED
+    slots = kmax if kmax is not None else INF
+    until = to_ticks(horizon) if horizon is not None else None
+    size, blocks = kv.block_size, kv.blocks
+    share = kv.watermark if kv.watermark is not None else (
+        0.01 if kv.admission == "prompt" else 0.0)
+    reserve = math.floor(share * blocks)
+    swap = kv.preemption == "swap"
+    pool = (kv.swap_tokens or 0) // size  # blocks of the swap pool
+    cost = kv.swap_seconds_per_token
+
+    def ceil_blocks(tokens: int) -> int:
+        return -(-tokens // size)
+
+    def peak(r: Request) -> int:
+        return kv.max_tokens if kv.max_tokens is not None else r.vp + r.vd
+
+    def held(r: Request) -> int:  # tokens' worth of blocks a started resident occupies
+        if kv.admission == "lazy":
+            return kv_of(r)
+        if kv.admission == "prompt":
+            return kv_of(r) + r.prefill_left
+        return peak(r)
+
+    def started(r: Request) -> bool:
+        return bool(r.memory.key[0] == 0)
+
+    def need(r: Request, n: int, decode: bool) -> int:
+        """Blocks ``r`` adds to process ``n`` tokens (one decode when ``decode``)."""
+        if kv.admission == "lazy":
+            after = kv_of(r) + n
+        elif kv.admission == "prompt":
+            after = kv_of(r) + r.prefill_left + (1 if decode else 0)
+        else:
+            after = peak(r)
+        return ceil_blocks(after) - (ceil_blocks(held(r)) if started(r) else 0)
+
+    incoming: Deque[Request] = deque()
+    for rid, a in enumerate(arrivals):
+        at = to_ticks(a[0])
+        if until is not None and at >= until:
+            break
+        r = Request(rid, a[1], a[2], a[3] if len(a) > 3 else None)
+        r.arrival = at
+        r.memory = Memory()
+        incoming.append(r)
+    everyone = list(incoming)
+    waiting: Deque[Request] = deque()
+    residents: List[Request] = []
+    batches: List[Batch] = []
+    kv_log: List[KVBatch] = []
+    swapped: List[Request] = []  # KV in the swap pool, in the order they come back
+    counter = {"admitted": 0, "start": 0, "step": 0, "moved": 0}
+    now = 0
+    stale = 0
+
+    def admit(r: Request, at: int) -> None:
+        r.admitted = at
+        if r.prefill_left == 0:
+            r.prefill_done = at
+        r.memory.key = (2, counter["admitted"])
+        counter["admitted"] += 1
+        residents.append(r)
+
+    def arrive_until(limit: int, inclusive: bool) -> None:
+        while incoming and (incoming[0].arrival < limit
+                            or (inclusive and incoming[0].arrival == limit)):
+            r = incoming.popleft()
+            if (kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens) \
+                    or ceil_blocks(r.vp + r.vd) > blocks - reserve:
+                r.memory.ignored = True  # never fits (SPEC 7.1)
+            elif not waiting and len(residents) < slots:
+                admit(r, r.arrival)
+            else:
+                waiting.append(r)
+
+    def ordered() -> List[Request]:
+        return sorted(residents, key=lambda r: r.memory.key)
+
+    def preempt(victims: List[Request]) -> None:
+        """One step's victims, oldest start first, move to the swap pool while it
+        holds them (``swap``); the others go to the front of the unstarted."""
+        counter["step"] += 1
+        for r in victims:
+            mem = r.memory
+            if swap and ceil_blocks(kv_of(r)) <= pool - sum(ceil_blocks(kv_of(s))
+                                                            for s in swapped):
+                mem.preemptions += 1
+                mem.swaps += 1
+                mem.key = (3, 0)  # out of every view, holding no block of the cache
+                swapped.append(r)
+                counter["moved"] += kv_of(r)
+                continue
+            mem.high = max(mem.high, kv_of(r))
+            mem.preemptions += 1
+            mem.key = (1, -counter["step"], mem.key[1])
+            decoded = r.vd - r.decode_left
+            if kv.restart == "keep":
+                r.prefill_left, r.decode_left = r.vp + decoded, r.vd - decoded
+            else:
+                r.prefill_left, r.decode_left = r.vp, r.vd
+
+    def gate(proposal: Plan) -> Tuple[Plan, List[Request], List[Request]]:
+        """SPEC 7.3 steps 2-3: the accepted plan, the victims, the new starts."""
+        decodes: List[Item] = [(r, 1, True) for r in proposal.decode]
+        chunks: List[Item] = [(r, n, False) for r, n in proposal.prefill]
+        items = chunks + decodes if policy.prefill_first else decodes + chunks
+        free = blocks - sum(ceil_blocks(held(r)) for r in residents if started(r))
+        left = budget
+        accepted: Dict[int, int] = {}
+        victims: List[Request] = []
+        for r, n, decode in [item for item in items if started(item[0])]:  # pass 1
+            if r in victims:
+                continue
+            if left <= 0:
+                break
+            if n > left:
+                if not policy.chunked:
+                    continue
+                n = left
+            wanted = need(r, n, decode)
+            while free < wanted:
+                if kv.preemption == "none":
+                    raise ValueError("KV cache full with preemption='none'")
+                victim = max((s for s in residents if started(s) and id(s) not in accepted
+                              and s not in victims), key=lambda s: s.memory.key)
+                victims.append(victim)
+                free += ceil_blocks(held(victim))
+                if victim is r:
+                    break
+            if r in victims:
+                break
+            free -= wanted
+            left -= n
+            accepted[id(r)] = n
+        starts: List[Request] = []
+        if not victims:
+            for r, n, decode in [item for item in items if not started(item[0])]:  # pass 2
+                if left <= 0:
+                    break
+                if n > left:
+                    if decode or not policy.chunked:
+                        break
+                    n = left
+                wanted = need(r, n, decode)
+                if free - wanted < reserve:
+                    break
+                free -= wanted
+                left -= n
+                accepted[id(r)] = n
+                starts.append(r)
+        plan = Plan([r for r in proposal.decode if id(r) in accepted],
+                    [(r, accepted[id(r)]) for r, _ in proposal.prefill if id(r) in accepted])
+        if not victims and swapped:
+            plan = swap_in(plan, left, free)
+        return plan, victims, starts
+
+    def swap_in(plan: Plan, left: int, free: int) -> Plan:
+        """Swapped requests come back after pass 1, oldest swap-out first, each
+        with its next item, while it fits the budget and the watermark."""
+        decode, prefill = list(plan.decode), list(plan.prefill)
+        while swapped and left > 0:
+            r = swapped[0]
+            n = 1 if r.prefill_left == 0 else r.prefill_left
+            if n > left:
+                if not policy.chunked:
+                    break
+                n = left
+            wanted = need(r, n, r.prefill_left == 0)  # not started: all its blocks
+            if free - wanted < reserve:
+                break
+            swapped.pop(0)
+            r.memory.key = (0, counter["start"])  # the latest start
+            counter["start"] += 1
+            counter["moved"] += kv_of(r)
+            free -= wanted
+            left -= n
+            if r.prefill_left == 0:
+                decode.append(r)
+            else:
+                prefill.append((r, n))
+        return Plan(decode, prefill)
+
+    def choose() -> Tuple[Plan, int, int]:
+        """Propose and gate until a batch forms: the plan, preemptions, new starts."""
+        preempted = 0
+        fallback = False
+        while True:
+            order = [r for r in ordered() if started(r) or not (fallback or swapped)]
+            view = SimpleView([r for r in order if r.prefill_left == 0],
+                              [r for r in order if r.prefill_left > 0])
+            plan, victims, starts = gate(policy(view, UNLIMITED))
+            if victims:
+                preempted += len(victims)
+                preempt(sorted(victims, key=lambda r: r.memory.key))
+            if plan.decode or plan.prefill:
+                for r in starts:
+                    r.memory.key = (0, counter["start"])
+                    counter["start"] += 1
+                return plan, preempted, len(starts)
+            if victims:
+                fallback = False
+            elif not fallback and any(started(r) for r in residents):
+                fallback = True
+            else:
+                raise Stalled(f"no batch can form at t={now} ns under {kv!r}")
+
+    while True:
+        arrive_until(now, inclusive=True)
+        if not residents:
+            if not incoming:
+                break
+            now = incoming[0].arrival
+            continue
+        counter["moved"] = 0
+        plan, preempted, new = choose()
+        decode = len(plan.decode)
+        prefill = sum(n for _, n in plan.prefill)
+        requests = decode + len(plan.prefill)
+        recomputed = 0
+        for r in plan.decode:
+            recomputed += 1 if kv_of(r) < r.memory.high else 0
+        for r, n in plan.prefill:
+            recomputed += max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))
+        stale = stale + recomputed if recomputed == decode + prefill else 0
+        if stale > 8 * sum(r.vp + r.vd for r in residents):
+            raise Stalled(f"livelock at t={now} ns: only recomputed tokens")
+        if getattr(latency, "needs_context", False):
+            sitting = sum(1 for r in residents if r.prefill_left == 0
+                          and r not in swapped) - decode
+            context = BatchContext.of([kv_of(r) for r in plan.decode],
+                                      [(n, kv_of(r)) for r, n in plan.prefill], sitting)
+            t = to_ticks(latency.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
+                                            context=context))
+        else:
+            t = to_ticks(latency.batch_time(decode, prefill, requests))
+        if counter["moved"] and cost:  # the swap traffic of this choice
+            t += to_ticks(cost * counter["moved"])
+        end = now + t
+        if until is not None and end >= until:
+            arrive_until(until, inclusive=False)  # they came before the horizon
+            break
+        arrive_until(end, inclusive=False)
+        batches.append(Batch(now, t, prefill, decode, requests, tuple(r.rid for r in plan.decode),
+                             tuple((r.rid, n) for r, n in plan.prefill)))
+        served = list(residents)
+        for r in plan.decode:
+            r.memory.recomputed += 1 if kv_of(r) < r.memory.high else 0
+            r.decode_left -= 1
+            if r.first_token is None:
+                r.first_token = end
+            if r.decode_left == 0:
+                r.finished = end
+        for r, n in plan.prefill:
+            r.memory.recomputed += max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))
+            r.prefill_left -= n
+            if r.prefill_left == 0 and r.prefill_done is None:
+                r.prefill_done = end  # a recomputed prefill keeps the first one's end
+        in_use = [r for r in served if started(r)]
+        kv_log.append(KVBatch(sum(kv_of(r) for r in in_use),
+                              sum(ceil_blocks(held(r)) for r in in_use),
+                              preempted, recomputed, new))
+        for r in served:
+            r.memory.area += 0 if r in swapped else kv_of(r)
+        residents = [r for r in residents if r.finished is None]
+        while waiting and len(residents) < slots:
+            admit(waiting.popleft(), end)
+        now = end
+    return KVReference(batches, kv_log, everyone)

@@ -1,0 +1,246 @@
+"""The fast engine under a KV cache against the plain reference of SPEC 7
+(``llmqueue.engine.reference_kv``): batch for batch, memory for memory."""
+
+import functools
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import llmqueue as q
+from llmqueue.engine.errors import Stalled
+from llmqueue.engine.reference import run_reference
+from llmqueue.engine.reference_kv import run_reference_kv
+from llmqueue.policies.builtin import make_policy
+
+pytestmark = pytest.mark.filterwarnings("ignore:request .* can never fit")
+
+NAMES = ["sarathi", "orca", "vllm", "fastertransformer"]
+CASES = 20
+
+
+def request_times(requests):
+    """Each request's times; the prefill end of a preempted ``vp = 0`` request is
+    left out: the fast engine moves it (the xfail test below)."""
+    return sorted((r.rid, r.arrival, r.admitted,
+                   "moved" if r.vp == 0 and r.memory.preemptions else r.prefill_done,
+                   r.first_token, r.finished) for r in requests)
+
+
+def request_memory(requests, horizon):
+    """Each request's memory record; with a horizon its recomputed tokens are
+    left out: the fast engine books those of the iteration the horizon cuts
+    off (the xfail test below)."""
+    return sorted((r.rid, r.memory.ignored, r.memory.preemptions, r.memory.swaps,
+                   None if horizon is not None else r.memory.recomputed,
+                   r.memory.area) for r in requests)
+
+
+def compare(rows, policy, kv, **options):
+    """Run both engines; assert they agree; return the reference's result
+    (``None`` when both stall)."""
+    try:
+        ref = run_reference_kv(q.from_list(rows), policy, kv, **options)
+    except Stalled:
+        with pytest.raises(Stalled):
+            q.simulate(q.from_list(rows), policy, kv=kv, **options)
+        return None
+    fast = q.simulate(q.from_list(rows), policy, kv=kv, batches=True, requests=True,
+                      **options)
+    assert fast.batch_log == ref.batches
+    assert list(fast.kv_log) == ref.kv_log
+    assert request_times(fast.request_log) == request_times(ref.requests)
+    horizon = options.get("horizon")
+    assert request_memory(fast.request_log, horizon) == request_memory(ref.requests, horizon)
+    s = fast.summary
+    # counted at the choice, so a choice cut off by the horizon counts too
+    assert s["preemptions"] == sum(r.memory.preemptions for r in ref.requests)
+    assert s["ignored"] == sum(r.memory.ignored for r in ref.requests)
+    return ref
+
+
+def random_rows(rng, n, rate):
+    rows, t = [], 0.0
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        rows.append((round(t, 3), rng.choice([0, rng.randint(1, 30), rng.randint(30, 200)]),
+                     rng.randint(1, 60)))
+    return rows
+
+
+def case(seed):
+    """The random configuration number ``seed``: rows, policy, cache, options."""
+    rng = random.Random(1000 + seed)
+    name = NAMES[seed % 4]
+    chunked = rng.random() < 0.75
+    block = rng.choice([1, 16])
+    # every policy meets lazy and prompt; peak (which never preempts) one case in five
+    admission = "peak" if seed % 5 == 4 else ["lazy", "prompt"][seed // 4 % 2]
+    if name == "vllm" and admission == "lazy" and chunked and seed != 2:
+        admission = "prompt"  # vllm + lazy + chunked prompts livelocks (both raise Stalled)
+    kv = q.KV(capacity_tokens=rng.choice([192, 256, 320, 480]), block_size=block,
+              admission=admission,
+              restart=rng.choice(["keep", "scratch"]),
+              watermark=rng.choice([None, 0.0, 0.05]))
+    bmax = rng.choice([16, 64, 128]) if chunked else 256
+    latency = rng.choice([q.Staircase(0.002, 0.01, 64), q.Constant(0.02),
+                          q.Roofline("A100-80GB", "codellama-34b")])
+    options = dict(bmax=bmax, kmax=rng.choice([None, 4, 32]), latency=latency,
+                   horizon=rng.choice([None, 12.0]))
+    return random_rows(rng, 80, rng.choice([8.0, 20.0])), make_policy(name, chunked=chunked), \
+        kv, options
+
+
+@functools.lru_cache(maxsize=None)
+def outcome(seed):
+    """``(preemptions, stalled, ignored)`` of case ``seed`` once both engines agreed on it."""
+    rows, policy, kv, options = case(seed)
+    ref = compare(rows, policy, kv, **options)
+    if ref is None:
+        return 0, True, 0
+    return (sum(r.memory.preemptions for r in ref.requests), False,
+            sum(r.memory.ignored for r in ref.requests))
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_random_configurations_match_the_reference(seed):
+    outcome(seed)
+
+
+def test_the_random_cases_really_preempt():
+    results = [outcome(seed) for seed in range(CASES)]
+    preempting = [seed for seed, (count, _, _) in enumerate(results) if count]
+    assert len(preempting) >= CASES // 2, results
+    assert sum(stalled for _, stalled, _ in results) <= 2, results
+    assert sum(1 for _, _, ignored in results if ignored) >= 2, results  # never-fit arrivals
+    for seed in range(CASES):  # SPEC 7.2: peak admission never needs to preempt
+        if case(seed)[2].admission == "peak":
+            assert results[seed][0] == 0
+    for name in NAMES:  # every policy meets preemption
+        assert any(seed % 4 == NAMES.index(name) for seed in preempting), (name, results)
+
+
+def test_a_victim_is_the_latest_start_and_returns_at_the_front():
+    # sarathi, lazy, 7 tokens of cache, bmax 3, 1 s iterations.  A = 3 + 3 at 0,
+    # B = 1 + 3 at 0.5 (starts at 1 s, after A), C = 2 + 1 at 2.5 s.  At 3 s A and
+    # B hold 5 + 2 = 7 tokens: A's decode needs a block, so B, the latest start,
+    # is preempted (not A, the item being allocated) and no new start is tried.
+    # Under keep B returns with 1 + 1 = 2 prompt tokens, ahead of C, which was
+    # admitted before B's preemption; both are recomputed positions.
+    rows = [(0.0, 3, 3), (0.5, 1, 3), (2.5, 2, 1)]
+    ref = compare(rows, make_policy("sarathi"), q.KV(capacity_tokens=7), bmax=3, kmax=None,
+                  latency=q.Constant(1.0))
+    assert [(b.decode, b.prefill) for b in ref.batches] == [
+        ((), ((0, 3),)), ((0,), ((1, 1),)), ((0, 1), ()), ((0,), ()),
+        ((), ((1, 2), (2, 1))), ((1,), ((2, 1),)), ((1, 2), ())]
+    assert [k.preemptions for k in ref.kv_log] == [0, 0, 0, 1, 0, 0, 0]
+    assert [k.kv_tokens for k in ref.kv_log] == [3, 5, 7, 6, 3, 5, 7]
+    assert [(r.memory.preemptions, r.memory.recomputed) for r in ref.requests] == [
+        (0, 0), (1, 2), (0, 0)]
+    s = 10**9
+    assert [(r.first_token, r.finished) for r in ref.requests] == [
+        (2 * s, 4 * s), (3 * s, 7 * s), (7 * s, 7 * s)]
+
+
+def test_run_reference_takes_a_kv_cache():
+    rows = [(0.0, 20, 5), (0.1, 30, 8)]
+    kv = q.KV(capacity_tokens=64, block_size=16, admission="prompt")
+    batches, requests = run_reference(q.from_list(rows), make_policy("vllm"), bmax=32,
+                                      kmax=None, kv=kv)
+    assert batches == run_reference_kv(q.from_list(rows), make_policy("vllm"), kv, bmax=32,
+                                       kmax=None).batches
+    assert all(r.finished is not None for r in requests)
+
+
+SWAP_CASES = 8
+
+
+@functools.lru_cache(maxsize=None)
+def swap_outcome(seed):
+    """``(swaps, recomputed victims)`` of random swap case ``seed`` (a pool of 64
+    or 256 tokens: some victims swap, others fall back to recompute) once both
+    engines agreed on it."""
+    rng = random.Random(2000 + seed)
+    name = NAMES[seed % 4]
+    kv = q.KV(capacity_tokens=rng.choice([192, 256]), block_size=rng.choice([1, 16]),
+              admission="prompt" if name == "vllm" else rng.choice(["lazy", "prompt"]),
+              preemption="swap", swap_tokens=rng.choice([64, 256]),
+              restart=rng.choice(["keep", "scratch"]),
+              swap_seconds_per_token=rng.choice([0.0, 1e-4]))
+    latency = rng.choice([q.Staircase(0.002, 0.01, 64),
+                          q.Roofline("A100-80GB", "codellama-34b")])
+    ref = compare(random_rows(rng, 80, 12.0), make_policy(name), kv, bmax=64,
+                  kmax=rng.choice([None, 32]), latency=latency, horizon=rng.choice([None, 12.0]))
+    assert ref is not None
+    swaps = sum(r.memory.swaps for r in ref.requests)
+    return swaps, sum(r.memory.preemptions for r in ref.requests) - swaps
+
+
+@pytest.mark.parametrize("seed", range(SWAP_CASES))
+def test_random_swap_configurations_match_the_reference(seed):
+    swap_outcome(seed)
+
+
+def test_the_swap_cases_really_swap():
+    results = [swap_outcome(seed) for seed in range(SWAP_CASES)]
+    assert sum(1 for swaps, _ in results if swaps) >= SWAP_CASES // 2, results
+    assert any(fallbacks for _, fallbacks in results), results  # a full pool recomputes
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(1, 25)),
+                     min_size=1, max_size=12),
+       name=st.sampled_from(NAMES), block=st.sampled_from([1, 4, 16]),
+       capacity=st.integers(48, 160), admission=st.sampled_from(["lazy", "prompt", "peak"]),
+       restart=st.sampled_from(["keep", "scratch"]), bmax=st.sampled_from([8, 32, 64]),
+       kmax=st.sampled_from([None, 2, 5]), watermark=st.sampled_from([None, 0.0, 0.1]),
+       chunked=st.booleans(), swap=st.booleans())
+def test_property_small_caches_match_the_reference(rows, name, block, capacity, admission,
+                                                   restart, bmax, kmax, watermark, chunked,
+                                                   swap):
+    arrivals = sorted((t / 10, vp, vd) for t, vp, vd in rows)
+    kv = q.KV(capacity_tokens=max(capacity, block), block_size=block, admission=admission,
+              restart=restart, watermark=watermark,  # peak never overflows: no preemption
+              preemption="none" if admission == "peak" else "swap" if swap else "recompute",
+              swap_tokens=32 if swap and admission != "peak" else None)
+    compare(arrivals, make_policy(name, chunked=chunked), kv, bmax=max(bmax, 40) if not chunked
+            else bmax, kmax=kmax, latency=q.Constant(0.05))
+
+
+@pytest.mark.xfail(strict=True, reason="fast engine: a preempted vp = 0 request's prefill end "
+                   "moves to the end of its recomputed prompt, after its first token "
+                   "(llmqueue.engine.kv documents that the first incarnation's stays)")
+def test_a_preempted_request_without_prompt_keeps_its_prefill_end():
+    # sarathi, lazy, 6 tokens, 1 s iterations.  A = 3 + 3 at 0, B = 0 + 3 at 0.5 s:
+    # B's prefill ends on admission (0.5 s), it decodes at [1, 2) beside A (5 of 6
+    # tokens), and at 2 s its next decode finds no block: B (the latest start) is
+    # preempted and, under keep, recomputes 0 + 1 tokens at [4, 5).  Its first
+    # incarnation's prefill end (0.5 s) and first token (2 s) stay.
+    rows = [(0.0, 3, 3), (0.5, 0, 3)]
+    kv = q.KV(capacity_tokens=6)
+    options = dict(bmax=8, kmax=None, latency=q.Constant(1.0))
+    ref = run_reference_kv(q.from_list(rows), make_policy("sarathi"), kv, **options)
+    s = 10**9
+    assert [(r.prefill_done, r.first_token) for r in ref.requests] == [(s, 2 * s),
+                                                                       (s // 2, 2 * s)]
+    fast = q.simulate(q.from_list(rows), "sarathi", kv=kv, requests=True, **options)
+    b = next(r for r in fast.request_log if r.rid == 1)
+    assert (b.memory.preemptions, b.prefill_done, b.first_token) == (1, s // 2, 2 * s)
+
+
+@pytest.mark.xfail(strict=True, reason="fast engine: a request's recomputed tokens include "
+                   "those of the iteration the horizon cuts off, which the run never "
+                   "processes (its summary's recomputed_tokens leaves them out)")
+def test_recomputed_tokens_of_a_request_count_only_processed_iterations():
+    # The front-of-the-line case above with C left out: B is preempted at 3 s and
+    # recomputes its 2 prompt tokens at [4, 5); a horizon at 4.5 s cuts that off.
+    rows = [(0.0, 3, 3), (0.5, 1, 3)]
+    kv = q.KV(capacity_tokens=7)
+    options = dict(bmax=8, kmax=None, latency=q.Constant(1.0), horizon=4.5)
+    ref = run_reference_kv(q.from_list(rows), make_policy("sarathi"), kv, **options)
+    assert [(r.memory.preemptions, r.memory.recomputed) for r in ref.requests] == [
+        (0, 0), (1, 0)]
+    fast = q.simulate(q.from_list(rows), "sarathi", kv=kv, requests=True, **options)
+    assert fast.summary["recomputed_tokens"] == 0
+    assert sum(r.memory.recomputed for r in fast.request_log) == 0
