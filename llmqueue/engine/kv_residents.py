@@ -248,6 +248,8 @@ class MemoryResidents(Residents):
             self.scarred += 1
         rec.high = max(rec.high, held)
         rec.preemptions += 1
+        if rec.first_prefill is None:  # a prompt-less request's prefill ended on admission
+            rec.first_prefill = r.prefill_done
         self._detach(r)
         left = r.decode_left
         if restart == "keep":
@@ -300,27 +302,29 @@ class MemoryResidents(Residents):
             self.scarred -= 1
 
     # -- one iteration ---------------------------------------------------
-    def recompute(self, plan: Plan) -> int:
+    def recompute(self, plan: Plan) -> Tuple[int, List[Tuple[Held, int]]]:
         """Tokens of ``plan`` that re-process positions already processed
-        once (booked on their requests)."""
+        once, and each request's share (to book on its record once the
+        iteration has run: one a horizon cuts off processes nothing)."""
         total = 0
+        shares: List[Tuple[Held, int]] = []
         if not self.scarred:
-            return 0
+            return 0, shares
         for r, tokens in plan.prefill:
             high = r.memory.high
             if high:
                 held = kv_tokens(r)
                 over = min(held + tokens, high) - held
                 if over > 0:
-                    r.memory.recomputed += over
+                    shares.append((r.memory, over))
                     total += over
         if self.redo:
             full = len(plan.decode) == len(self.decoding)
             for r in (self.redo.values() if full else plan.decode):
                 if r.memory.redo:
-                    r.memory.recomputed += 1
+                    shares.append((r.memory, 1))
                     total += 1
-        return total
+        return total, shares
 
     def apply(self, plan: Plan, k: int, start: int, t: int,
               times: Optional[Sequence[int]] = None) -> Tuple[List[Request], List[Request]]:

@@ -290,7 +290,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             memory.swap_ticks += cost
             t += cost
         start = env.now
-        recomputed = residents.recompute(plan) if residents.scarred else 0
+        recomputed, shares = residents.recompute(plan) if residents.scarred else (0, None)
         if recomputed < decode + prefill:
             stale = 0
         else:
@@ -312,6 +312,9 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)
+        if shares:  # processed now (k is 1 when anything is recomputed)
+            for rec, over in shares:
+                rec.recomputed += over
         prefilled, finished = residents.apply(plan, k, start, t)
         if k > 1:  # the allocations of the iterations after the first
             residents.used_tokens += (k - 1) * (decode + prefill)
