@@ -192,25 +192,29 @@ class MemoryResidents(Residents):
         batch or none) add in all, as long as they fit the free blocks and at
         most ``k - 1`` of them: with blocks of ``B`` tokens a decoder needs a
         block when its KV is a multiple of ``B`` (counted by :attr:`phase`
-        against the clock); a ``lazy`` chunk of ``n`` needs
-        ``ceil((x + n) / B) - ceil(x / B)`` at KV ``x``."""
+        against the clock, so the decoders' needs repeat every ``B``
+        iterations); a ``lazy`` chunk of ``n`` at KV ``x`` has added
+        ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)`` after ``i``."""
+        if k <= 1:
+            return []
         b = self.kv.block_size
-        phase = self.phase
-        c0 = self.clock[0]
-        decoders = bool(plan.decode)
-        chunks = ([(kv_tokens(r), n) for r, n in plan.prefill]
-                  if self.kv.admission == "lazy" else [])
-        steps: List[int] = []
-        total, free = 0, self.free
-        for i in range(1, k):
-            need = phase[-(c0 + i) % b] if decoders else 0  # type: ignore[index]
-            for held, n in chunks:
-                need += -(-(held + (i + 1) * n) // b) + (held + i * n) // -b
-            if total + need > free:
-                break
-            total += need
-            steps.append(total)
-        return steps
+        if plan.decode:
+            phase, c0 = self.phase, self.clock[0]
+            cycle = [phase[-(c0 + i) % b]  # type: ignore[index]
+                     for i in range(1, min(b, k - 1) + 1)]
+            if k - 1 > b:
+                cycle = cycle * ((k - 1) // b) + cycle[:(k - 1) % b]
+            steps = list(itertools.accumulate(cycle))
+        else:
+            steps = [0] * (k - 1)
+        if self.kv.admission == "lazy":
+            for r, n in plan.prefill:
+                held = kv_tokens(r)
+                base = (held + n) // -b  # -ceil((x + n) / B)
+                steps = [s - (held + (i + 1) * n) // -b + base
+                         for i, s in enumerate(steps, 1)]
+        fit = bisect.bisect_right(steps, self.free)
+        return steps if fit == len(steps) else steps[:fit]
 
     # -- what the gate decided ------------------------------------------
     def start(self, r: Request) -> None:

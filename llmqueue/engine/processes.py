@@ -328,9 +328,11 @@ class Engine:
         env, residents, recorder = self.env, self.residents, self.recorder
         policy, budget = self.policy, self.budget
         gpu_request = None
+        settled = False  # nothing at this instant can change the next batch
         while True:
-            if env.peek() == env.now:
+            if not settled and env.peek() == env.now:
                 yield self._end_of_instant()
+            settled = False
             if not len(residents):
                 if gpu_request is not None:
                     self.gpu.release(gpu_request)
@@ -356,7 +358,7 @@ class Engine:
             for _, tokens in plan.prefill:
                 prefill += tokens
             requests = decode + len(plan.prefill)
-            start = now_ticks(env)
+            start = env.now
             if self.contexts:
                 times: Optional[List[int]] = context_run(self, plan, decode, prefill, requests)
                 t, k = times[0], len(times)  # type: ignore[index, arg-type]
@@ -370,8 +372,12 @@ class Engine:
                                times)
             yield env.timeout(k * t if times is None else sum(times))
             prefilled, finished = residents.apply(plan, k, start, t, times)
-            now = now_ticks(env)
+            now = env.now
             recorder.commit(now)
+            # with no other event at this instant and nobody finishing, the
+            # prefill ends below wake only their own requests, which then wait
+            # for their decode: the next batch needs no end-of-instant wait
+            settled = not finished and env.peek() != now
             for r in prefilled:
                 r.on_prefilled.succeed()
             for r in finished:
