@@ -79,10 +79,10 @@ PRODUCERS: Tuple[Producer, ...] = (
     Producer("disaggregated", ("disaggregated.png",), 33),
     Producer("nie_table1", ("nie_table1.png",), 34),
     Producer("goodput", ("goodput.png",), 43),
-    Producer("theorem2_roofline", ("theorem2_roofline.png",), 50),
+    Producer("theorem2_roofline", ("theorem2_roofline.png",), 20),
     Producer("limit_cycle", ("limit_cycle.png",), 60),
-    Producer("rybko_stolyar", ("rybko_stolyar.png",), 110),
-    Producer("kmax_region", ("kmax_region.png",), 80),
+    Producer("rybko_stolyar", ("rybko_stolyar.png",), 100),
+    Producer("kmax_region", ("kmax_region.png",), 52),
     Producer("storms", ("storms.png", "storms.gif"), 180),
     Producer("memory_boundary", ("memory_boundary.png",), 440),
     Producer("coprime", ("coprime.png",), 3600),
@@ -168,7 +168,7 @@ def report(ran: Sequence[Producer], started: float) -> int:
         print("\nwritten: " + ", ".join(f"plots/{n}" for n in sorted(written)))
     else:
         moved = {os.path.basename(line[3:]): line[:2].strip() for line in status.splitlines()}
-        kinds = {"??": "new", "M": "changed", "D": "deleted"}
+        kinds = {"??": "new", "A": "new", "M": "changed", "D": "deleted"}
         for name, code in sorted(moved.items()):
             print(f"{kinds.get(code, code):>9}: plots/{name}")
         same = sorted(written - set(moved))
