@@ -200,7 +200,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(err))
     chosen.sort(key=lambda p: -p.seconds)  # longest first: N at a time end soonest
     total = sum(p.seconds for p in chosen)
-    print(f"{len(chosen)} producers, about {total / 60:.0f} min of CPU, {args.jobs} at a time")
+    spent = f"{total:.0f} s" if total < 120 else f"{total / 60:.0f} min"
+    print(f"{len(chosen)} producers, about {spent} of CPU, {args.jobs} at a time")
     started = time.time() - 1.0  # file times may be coarser than the clock
     failed = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
