@@ -12,6 +12,9 @@ and plots the measured backlog slope (mean and 95% band over the seeds)
 beside the fluid rate.  Sarathi follows the theory; vLLM, which alternates
 prefill-only and decode-only batches, runs out of capacity earlier.
 
+The CSV leaves out the sweep's ``wall_time`` column (the computer's time, not
+the experiment's), so that running the script again rewrites the same file.
+
 Run:  python scenarios/capacity_sweep.py   (table on the terminal, CSV and plot in plots/)
 """
 
@@ -53,7 +56,7 @@ def main() -> None:
                             "bmax": BMAX, "kmax": None},
                      horizon=HORIZON, executor=pool)
     os.makedirs(os.path.dirname(CSV), exist_ok=True)
-    write_rows(CSV, rows)
+    write_rows(CSV, [{k: v for k, v in row.items() if k != "wall_time"} for row in rows])
     print(f"lambda* = {LAMBDA_STAR:.2f} req/s; backlog slope over the second half of "
           f"{HORIZON:.0f} s, {SEEDS} seeds\n")
     print(f"{'load':>5} {'scheduler':>9} {'slope (tok/s)':>22} {'fluid':>7}")

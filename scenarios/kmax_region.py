@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import kmax_region
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
@@ -30,7 +31,7 @@ PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
 def main() -> None:
     """Sweep the grid for each panel and draw the figure."""
     params = kmax_region.REGION.resolve({"figure": PLOT})
-    rows = kmax_region.run_region(params, kmax_region.HORIZON, None)
+    rows = kmax_region.run_region(params, RunOptions(horizon=kmax_region.HORIZON))
     tally = Counter((r.summary["scheduler"], r.summary["bmax"], r.summary["verdict"])
                     for _, r in rows)
     for scheduler, bmax in kmax_region.PANELS:

@@ -35,6 +35,16 @@ GRID_ALPHA = 0.3
 LEGEND_SIZE = 9
 #: A legend with more entries than this goes outside the axes, right of them.
 MANY_ENTRIES = 5
+#: Metadata left out of saved files, by format: what would tie a file's bytes to
+#: the matplotlib version or the date, so that redrawing a figure writes the
+#: same bytes (``None`` drops an entry matplotlib would add).
+STAMPS: Dict[str, Dict[str, None]] = {
+    "png": {"Software": None},
+    "svg": {"Date": None, "Creator": None},
+    "pdf": {"CreationDate": None, "Creator": None, "Producer": None},
+}
+#: The salt of the ids in an SVG (random per run unless set).
+SVG_SALT = "llmqueue"
 #: Reference lines (limits, baselines, theory) sit under the data.
 REFERENCE_COLOUR = "0.6"
 REFERENCE_ZORDER = 1.0
@@ -150,21 +160,26 @@ def save(figure: Union[Figure, Animation], path: str, dpi: Optional[int] = None)
     """Write ``figure`` to ``path`` (creating its folder), close it and return
     ``path``: a figure as an image (PNG, SVG, PDF... by the name's ending), an
     animation as a GIF at its own frame rate.  The one way llmqueue writes a
-    figure: the figure functions only draw."""
+    figure: the figure functions only draw.  The bytes depend only on the
+    drawing (and the renderer): no version, date or random id is written
+    (:data:`STAMPS`, :data:`SVG_SALT`), so a figure drawn again is the same file."""
     folder = os.path.dirname(path)
     with files.writing(path, "figure"):  # no space left, no such folder: one line
         if folder:
             os.makedirs(folder, exist_ok=True)
         if isinstance(figure, Animation):
-            try:
+            try:  # Pillow's GIF frames carry no metadata
                 figure.save(path, writer="pillow", dpi=dpi or GIF_DPI)
             finally:
                 owner = getattr(figure, "_fig", None)  # matplotlib keeps no public handle
                 if owner is not None:
                     plt.close(owner)
         else:
+            ending = os.path.splitext(path)[1].lower().lstrip(".")
+            extra: Dict[str, Any] = {"metadata": STAMPS[ending]} if ending in STAMPS else {}
             try:
-                figure.savefig(path, dpi=dpi or DPI, bbox_inches="tight")
+                with plt.rc_context({"svg.hashsalt": SVG_SALT}):
+                    figure.savefig(path, dpi=dpi or DPI, bbox_inches="tight", **extra)
             finally:
                 plt.close(figure)
     return path
