@@ -147,6 +147,30 @@ def peak_mb(job: Callable[[], object]) -> float:
     return peak / 2**20
 
 
+def measure(case: Case, runs: int) -> str:
+    """Run ``case`` (and its references) and return its line of the table."""
+    rows = case.rows()
+    seconds, result = best_of(runs, lambda: case.simulate(rows))
+    summary = result.summary  # type: ignore[attr-defined]
+    cut = rows[:case.reference_requests]
+    fast_s, fast = best_of(runs, lambda: case.simulate(cut))
+    ref_s, (batches, _) = best_of(1, lambda: run_reference(  # type: ignore[misc]
+        q.from_list(cut), make_policy(case.policy), bmax=case.bmax, kmax=case.kmax,
+        latency=case.latency, kv=case.kv))
+    assert len(batches) == fast.summary["batches"], "the engines disagree"  # type: ignore
+    line = (f"{case.name:<44} {summary['batches']:>10,} {seconds:>7.2f} "
+            f"{summary['batches'] / seconds:>9,.0f} {summary['arrivals'] / seconds:>8,.0f} "
+            f"{peak_mb(lambda: case.simulate(rows)):>6.1f} {ref_s / fast_s:>6.2f}x")
+    if case.plain:
+        bmax, kmax = case.bmax or 0, case.kmax or 0
+        plain_s, got = best_of(runs, lambda: plain.run(rows, bmax, kmax))
+        skel_s, skel = best_of(1, lambda: skeleton.run(rows, bmax, kmax))
+        want = (summary["batches"], summary["completed"], round(summary["duration"] * 1e9))
+        assert got == want == skel, f"plain {got} skeleton {skel} llmqueue {want}"
+        line += f" {plain_s / seconds:>7.2f}x {skel_s / seconds:>10.2f}x"
+    return line
+
+
 def main() -> None:
     """Run every case and print one line each."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -156,25 +180,7 @@ def main() -> None:
     print(f"{'case':<44} {'iterations':>10} {'s':>7} {'it/s':>9} {'req/s':>8} {'MB':>6} "
           f"{'vs ref':>7} {'vs plain':>8} {'vs skeleton':>11}")
     for case in cases(args.quick):
-        rows = case.rows()
-        seconds, result = best_of(args.runs, lambda: case.simulate(rows))
-        summary = result.summary  # type: ignore[attr-defined]
-        cut = rows[:case.reference_requests]
-        fast_s, fast = best_of(args.runs, lambda: case.simulate(cut))
-        ref_s, (batches, _) = best_of(1, lambda: run_reference(
-            q.from_list(cut), make_policy(case.policy), bmax=case.bmax, kmax=case.kmax,
-            latency=case.latency, kv=case.kv))
-        assert len(batches) == fast.summary["batches"], "the engines disagree"  # type: ignore
-        line = (f"{case.name:<44} {summary['batches']:>10,} {seconds:>7.2f} "
-                f"{summary['batches'] / seconds:>9,.0f} {summary['arrivals'] / seconds:>8,.0f} "
-                f"{peak_mb(lambda: case.simulate(rows)):>6.1f} {ref_s / fast_s:>6.2f}x")
-        if case.plain:
-            plain_s, got = best_of(args.runs, lambda: plain.run(rows, case.bmax, case.kmax))
-            skel_s, skel = best_of(1, lambda: skeleton.run(rows, case.bmax, case.kmax))
-            want = (summary["batches"], summary["completed"], round(summary["duration"] * 1e9))
-            assert got == want == skel, f"plain {got} skeleton {skel} llmqueue {want}"
-            line += f" {plain_s / seconds:>7.2f}x {skel_s / seconds:>10.2f}x"
-        print(line, flush=True)
+        print(measure(case, args.runs), flush=True)
 
 
 if __name__ == "__main__":

@@ -23,16 +23,35 @@ def wait_until(env: simpy.Environment, seconds: float, until: Optional[int], wha
     """In a SimPy process (``yield from``): wait until time ``seconds`` and
     return True, or return False at once when that time is at or past ``until``
     (ticks; ``None``: no end).  Times must not decrease: a time before now is a
-    ValueError naming ``what``."""
+    ValueError naming ``what``.  (:func:`delay_until` is the same without a
+    generator, for loops that run once per request.)"""
+    wait = delay_until(env, seconds, until, what)
+    if wait is PAST_END:
+        return False
+    if wait is not None:
+        yield wait
+    return True
+
+
+#: What :func:`delay_until` returns for a time at or past the run's end.
+PAST_END = simpy.Event.__new__(simpy.Event)
+
+
+def delay_until(env: simpy.Environment, seconds: float, until: Optional[int], what: str
+                ) -> Optional[simpy.Event]:
+    """The timeout to yield to wait until time ``seconds`` (``None``: it is now),
+    or :data:`PAST_END` when that time is at or past ``until`` (ticks; ``None``:
+    no end).  A time before now is a ValueError naming ``what``."""
     at = to_ticks(seconds)
     if until is not None and at >= until:
-        return False
-    if at < env.now:
+        return PAST_END
+    now = env.now
+    if at > now:
+        return env.timeout(at - now)
+    if at < now:
         raise ValueError(f"{what} must not decrease: {seconds} s comes after "
                          f"{to_seconds(now_ticks(env))} s")
-    if at > env.now:
-        yield env.timeout(at - env.now)
-    return True
+    return None
 
 
 def later_this_instant(env: simpy.Environment, priority: float) -> simpy.Event:

@@ -327,6 +327,7 @@ class Engine:
     def _scheduler(self) -> Generator[simpy.Event, object, None]:
         env, residents, recorder = self.env, self.residents, self.recorder
         policy, budget = self.policy, self.budget
+        choose = policy.plan if isinstance(policy, Policy) else policy  # one call, not two
         gpu_request = None
         settled = False  # nothing at this instant can change the next batch
         while True:
@@ -346,7 +347,7 @@ class Engine:
                 yield gpu_request
                 continue
             residents.settle()
-            plan = policy(residents, budget)
+            plan = choose(residents, budget)
             if self._check:
                 check_plan(plan, residents, budget, policy.name)
             if not plan:
@@ -358,7 +359,7 @@ class Engine:
             for _, tokens in plan.prefill:
                 prefill += tokens
             requests = decode + len(plan.prefill)
-            start = env.now
+            start: int = env.now  # type: ignore[assignment]  # ticks: a whole number
             if self.contexts:
                 times: Optional[List[int]] = context_run(self, plan, decode, prefill, requests)
                 t, k = times[0], len(times)  # type: ignore[index, arg-type]
@@ -372,7 +373,7 @@ class Engine:
                                times)
             yield env.timeout(k * t if times is None else sum(times))
             prefilled, finished = residents.apply(plan, k, start, t, times)
-            now = env.now
+            now: int = env.now  # type: ignore[assignment]
             recorder.commit(now)
             # with no other event at this instant and nobody finishing, the
             # prefill ends below wake only their own requests, which then wait

@@ -75,6 +75,8 @@ class Residents:
 
     def settle(self) -> None:
         """Let the residents admitted since the last batch began join the view."""
+        if not self._incoming:
+            return
         for r in self._incoming:
             if r.prefill_left > 0:
                 self.prefilling.append(r)

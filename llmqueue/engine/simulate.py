@@ -10,7 +10,7 @@ import simpy
 
 from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
-from llmqueue.engine.clock import now_ticks, wait_until
+from llmqueue.engine.clock import PAST_END, delay_until, now_ticks
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.kv_recorder import MemoryRecorder
@@ -175,8 +175,11 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
     the run has a horizon, else by one request."""
     rid = 0
     for arrival in arrivals:
-        if not (yield from wait_until(env, arrival[0], until, "arrival times")):
+        wait = delay_until(env, arrival[0], until, "arrival times")
+        if wait is PAST_END:
             return
+        if wait is not None:
+            yield wait
         klass = arrival[3] if len(arrival) > 3 else None
         engine.submit(Request(rid, arrival[1], arrival[2], klass))
         rid += 1
