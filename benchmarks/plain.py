@@ -22,6 +22,24 @@ def iteration_ns(tokens: int, c: float = STAIRCASE[0], a: float = STAIRCASE[1],
     return round((c + a * -(-tokens // b0)) * 1e9)
 
 
+def sarathi_batch(residents: Sequence[List], bmax: int
+                  ) -> Tuple[List[List], List[Tuple[List, int]], int]:
+    """Sarathi's batch over ``residents`` (lists starting ``[prefill left,
+    decode left]``, in admission order): every decoder, then prefill chunks in
+    order up to ``bmax`` tokens; returns the decoders, the chunks and the tokens."""
+    decoders = [r for r in residents if r[0] == 0]
+    budget = bmax - len(decoders)
+    chunks = []
+    for r in residents:
+        if budget <= 0:
+            break
+        if r[0] > 0:
+            take = min(r[0], budget)
+            chunks.append((r, take))
+            budget -= take
+    return decoders, chunks, bmax - budget
+
+
 def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
         ) -> Tuple[int, int, int]:
     """Step ``rows`` of ``(arrival s, prefill, decode)`` to the end; return
@@ -42,17 +60,7 @@ def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
                 return iterations, finished, now
             now = arrivals[i][0]
             continue
-        decoders = [r for r in residents if r[0] == 0]
-        budget = bmax - len(decoders)
-        chunks = []
-        for r in residents:
-            if budget <= 0:
-                break
-            if r[0] > 0:
-                take = min(r[0], budget)
-                chunks.append((r, take))
-                budget -= take
-        tokens = bmax - budget
+        decoders, chunks, tokens = sarathi_batch(residents, bmax)
         t = ns.get(tokens)
         if t is None:
             t = ns[tokens] = iteration_ns(tokens)

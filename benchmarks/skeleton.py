@@ -16,16 +16,16 @@ from typing import Generator, List, Optional, Sequence, Tuple
 
 import simpy
 
-from benchmarks.plain import iteration_ns
+from benchmarks.plain import iteration_ns, sarathi_batch
 
 
-class _Request:
-    __slots__ = ("prefill", "decode", "prefilled", "finished")
-
-    def __init__(self, env: simpy.Environment, prefill: int, decode: int) -> None:
-        self.prefill, self.decode = prefill, decode
-        self.prefilled = env.event()
-        self.finished = env.event()
+def after_this_instant(env: simpy.Environment) -> simpy.Event:
+    """An event processed after every other event of the current time (SimPy
+    runs priority 0, then 1; this one has 2)."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    env.schedule(event, priority=2)  # type: ignore[arg-type]
+    return event
 
 
 def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
@@ -35,19 +35,19 @@ def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     pool = simpy.Container(env, capacity=kmax, init=kmax)
-    residents: List[_Request] = []
+    residents: List[list] = []  # [prefill left, decode left, prefilled event, finished event]
     counts = [0, 0]  # iterations, finished
     wake: List[Optional[simpy.Event]] = [None]
     ns: dict = {}
 
-    def request(r: _Request) -> Generator[simpy.Event, object, None]:
+    def request(r: list) -> Generator[simpy.Event, object, None]:
         yield pool.get(1)
         residents.append(r)
         if wake[0] is not None and not wake[0].triggered:
             wake[0].succeed()
-        if r.prefill:
-            yield r.prefilled
-        yield r.finished
+        if r[0]:
+            yield r[2]
+        yield r[3]
         yield pool.put(1)
 
     def arrivals() -> Generator[simpy.Event, object, None]:
@@ -55,11 +55,11 @@ def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
             at = round(a * 1e9)
             if at > env.now:
                 yield env.timeout(at - env.now)
-            env.process(request(_Request(env, p, d)))
+            env.process(request([p, d, env.event(), env.event()]))
 
     def scheduler() -> Generator[simpy.Event, object, None]:
         while True:
-            yield env.timeout(0)  # let the releases and admissions of this instant happen
+            yield after_this_instant(env)  # releases and admissions of this instant first
             if not residents:
                 wake[0] = env.event()
                 yield wake[0]
@@ -67,32 +67,22 @@ def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
                 continue
             with gpu.request() as hold:
                 yield hold
-                decoders = [r for r in residents if r.prefill == 0]
-                budget = bmax - len(decoders)
-                chunks = []
-                for r in residents:
-                    if budget <= 0:
-                        break
-                    if r.prefill > 0:
-                        take = min(r.prefill, budget)
-                        chunks.append((r, take))
-                        budget -= take
-                tokens = bmax - budget
+                decoders, chunks, tokens = sarathi_batch(residents, bmax)
                 t = ns.get(tokens)
                 if t is None:
                     t = ns[tokens] = iteration_ns(tokens)
                 yield env.timeout(t)
                 counts[0] += 1
                 for r in decoders:
-                    r.decode -= 1
-                    if r.decode == 0:
+                    r[1] -= 1
+                    if r[1] == 0:
                         residents.remove(r)
                         counts[1] += 1
-                        r.finished.succeed()
+                        r[3].succeed()
                 for r, take in chunks:
-                    r.prefill -= take
-                    if r.prefill == 0:
-                        r.prefilled.succeed()
+                    r[0] -= take
+                    if r[0] == 0:
+                        r[2].succeed()
 
     env.process(arrivals())
     env.process(scheduler())
