@@ -211,3 +211,49 @@ def test_a_malformed_config_json_is_a_value_error_naming_the_file(text, fragment
 def test_a_config_folder_without_config_json_names_the_file(tmp_path):
     with pytest.raises(ValueError, match="cannot read .*config.json"):
         ModelShape.from_hf_config(str(tmp_path))
+
+
+def test_an_overloaded_vllm_without_kmax_matches_the_reference(monkeypatch):
+    """Hundreds of residents, a few served per iteration (issue 18 item 7): the
+    residents that finish or complete their prompt leave their lists in place
+    (binary search), and every batch and timestamp equals the plain stepper's."""
+    import random
+
+    from llmqueue.engine import residents
+    from llmqueue.engine.reference import run_reference
+    from llmqueue.policies.builtin import make_policy
+    in_place = []
+    without = residents._without
+
+    def counted(items, gone, kept):
+        out = without(items, gone, kept)
+        in_place.append(out is items)
+        return out
+    monkeypatch.setattr(residents, "_without", counted)
+    rng = random.Random(3)
+    rows, t = [], 0.0
+    for _ in range(400):
+        t += rng.expovariate(40.0)
+        rows.append((round(t, 3), rng.randint(1, 300), rng.randint(1, 60)))
+    workload = q.from_list(rows)
+    fast = q.simulate(workload, "vllm", bmax=64, kmax=None, batches=True, requests=True)
+    batches, requests = run_reference(workload, make_policy("vllm"), bmax=64, kmax=None)
+    assert fast.batch_log == batches
+
+    def times(log):
+        return sorted((r.rid, r.admitted, r.prefill_done, r.first_token, r.finished)
+                      for r in log)
+    assert times(fast.request_log) == times(requests)
+    assert sum(in_place) > 50  # the in-place path ran, not only rebuilds
+
+
+@pytest.mark.parametrize("build, fragment", [
+    (lambda: q.KV(8, block_size=16), "at least one block"),
+    (lambda: q.Wait(0), "n must be an integer quota >= 1"),
+    (lambda: q.Wait({"a": 2, "b": 0}), "quota"),
+    (lambda: q.hardware.gpu("Z100"), "gpu must be one of"),
+    (lambda: q.hardware.model("gpt-9"), "model must be one of"),
+])
+def test_the_api_refuses_the_same_input_with_value_errors(build, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        build()
