@@ -22,12 +22,12 @@ from typing import Any, Dict, List, Optional
 
 from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
-from llmqueue.common import files
+from llmqueue.common import files, validation
 from llmqueue.experiments.base import engine_kwargs
 from llmqueue.experiments.traffic import size_law
 from llmqueue.network.routers import router_names
-from llmqueue.planning.engines import plan_engines
-from llmqueue.planning.plan import PlanResult, plan
+from llmqueue.planning.engines import plan_engines, pool_limit
+from llmqueue.planning.plan import PlanResult, bounds_of, check_slo, plan
 from llmqueue.planning.spec import EngineSpec, Traffic, arrival_cv
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.theory.slo import SLO
@@ -125,6 +125,10 @@ def cmd_plan(args: argparse.Namespace) -> None:
     files.check_outputs(outputs, files.named_files(given))
     slo = SLO(ttft=args.ttft, tpot=args.tpot, tbt=args.tbt, e2e=args.e2e)
     common = dict(mode=args.mode, reps=args.reps, n_requests=args.requests, seed=args.seed)
+    if args.engines_for is not None:  # refuse a pool beyond the limit before the plan runs
+        validation.positive_number("--engines-for", args.engines_for)
+        pool_limit(args.engines_for, bounds_of(traffic, engine, check_slo(slo, traffic),
+                                               args.seed), args.target)
     with open_executor(args.workers if args.workers or args.dask else 1, args.dask) as pool:
         result = plan(traffic, engine, slo, args.target, executor=pool, price=args.price,
                       **common)

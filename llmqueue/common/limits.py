@@ -16,6 +16,13 @@ from typing import Optional
 MAX_REQUESTS = 10**7
 #: Runs one sweep may hold, by default.
 MAX_RUNS = 10**5
+#: Engines one network may hold, and the largest pool a capacity plan
+#: searches, by default (routing costs grow with the pool: 1,024 engines at
+#: half load take about 13 s of wall time per 20 simulated seconds).
+MAX_ENGINES = 1024
+#: Cells one heat map may draw, by default (each cell is written out: 20 x 20
+#: take about 4 s and 0.3 GB, 50 x 50 about 14 s and 1.4 GB).
+MAX_CELLS = 400
 
 
 def limit(name: str, default: int) -> int:
@@ -56,3 +63,22 @@ def check_runs(runs: int) -> None:
     if runs > cap:
         raise ValueError(f"this sweep holds {runs:,} runs; the limit is {cap:,}: use fewer "
                          "values or seeds, or raise the limit with LLMQUEUE_MAX_RUNS=N")
+
+
+def check_engines(engines: int, what: str = "this network") -> None:
+    """Refuse ``engines`` engines in one network (or one plan's pool) beyond
+    ``MAX_ENGINES``; ``what`` names what would hold them."""
+    cap = limit("max_engines", MAX_ENGINES)
+    if engines > cap:
+        raise ValueError(f"{what} would hold {engines:,} engines; the limit is {cap:,}: use "
+                         "fewer engines (a plan: a lower rate), or raise the limit with "
+                         "LLMQUEUE_MAX_ENGINES=N")
+
+
+def check_cells(columns: int, rows: int) -> None:
+    """Refuse a heat map of more than ``MAX_CELLS`` cells."""
+    cap = limit("max_cells", MAX_CELLS)
+    if columns * rows > cap:
+        raise ValueError(f"this heat map has {columns:,} x {rows:,} = {columns * rows:,} cells; "
+                         f"the limit is {cap:,}: draw fewer values of its two keys (lines with "
+                         "one --x key), or raise the limit with LLMQUEUE_MAX_CELLS=N")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from heapq import heapify, heappop, heappush
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED
 from llmqueue.engine.tokens import TokenTimes
@@ -28,6 +28,32 @@ from llmqueue.policies.view import Plan, Request
 
 def _seq(r: Request) -> int:
     return r.seq
+
+
+def _unfinished(r: Request) -> bool:
+    return r.finished is None
+
+
+def _prefilling(r: Request) -> bool:
+    return r.prefill_left > 0
+
+
+def _without(items: List[Request], gone: Sequence[Request],
+             kept: Callable[[Request], bool]) -> List[Request]:
+    """``items`` (in admission order ``seq``) without ``gone``, the members
+    for which ``kept`` is false: a few of many found by binary search and
+    deleted in place (O(log n) and a move each, where a rebuild is O(n): an
+    overloaded vLLM holds thousands of residents and serves a few), else the
+    kept ones in a new list (also if ``items`` is not in order)."""
+    if 8 * len(gone) <= len(items):
+        for r in gone:
+            i = bisect.bisect_left(items, r.seq, key=_seq)
+            if i == len(items) or items[i] is not r:
+                break
+            del items[i]
+        else:
+            return items
+    return [r for r in items if kept(r)]
 
 
 class Residents:
@@ -167,12 +193,14 @@ class Residents:
         tokens = self.tokens
         if decode:
             first_end = start + t
-            if len(decode) == len(self.decoding):
+            full = len(decode) == len(self.decoding)
+            if full:
                 self.clock[0] += k
                 for r in self._fresh:
-                    r.first_token = first_end
-                    if tokens is not None:
-                        tokens.schedule(r, start)
+                    if r.first_token is None:  # served ones stay until the list is rebuilt
+                        r.first_token = first_end
+                        if tokens is not None:
+                            tokens.schedule(r, start)
                 self._fresh = []
             else:
                 for r in decode:
@@ -183,7 +211,10 @@ class Residents:
                         if tokens is not None:
                             tokens.schedule(r, start)
                 self.decode_sum += k * len(decode)
-                self._fresh = [r for r in self._fresh if r.first_token is None]
+                # the served leave _fresh lazily: rebuilding it every iteration would
+                # cost O(decoders) when a few of many are served (vLLM overloaded)
+                if len(self._fresh) > 2 * len(self.decoding) + 64:
+                    self._fresh = [r for r in self._fresh if r.first_token is None]
             if tokens is not None:
                 tokens.decode(decode, self.decoding, k, first_end, end, t, times)
             heap, clock = self._heap, self.clock[0]
@@ -193,8 +224,9 @@ class Residents:
                     r.finished = end
                     finished.append(r)
                     self.decode_sum -= r.vp + r.vd - mark
-            if finished:
-                self.decoding = [r for r in self.decoding if r.finished is None]
+            if finished:  # a full batch's plan may hold this very list: a new one
+                self.decoding = [r for r in self.decoding if r.finished is None] if full \
+                    else _without(self.decoding, finished, _unfinished)
             if len(heap) > 2 * len(self.decoding) + 64:
                 self._heap = [e for e in heap if e[2].end_mark == e[0] and e[2].finished is None]
                 heapify(self._heap)
@@ -207,7 +239,7 @@ class Residents:
                 r.prefill_done = end
                 prefilled.append(r)
         if prefilled:
-            self.prefilling = [r for r in self.prefilling if r.prefill_left > 0]
+            self.prefilling = _without(self.prefilling, prefilled, _prefilling)
             for r in prefilled:
                 self._start_decoding(r)
         return prefilled, finished

@@ -85,8 +85,10 @@ class Network:
         """A new engine called ``name`` with its own policy, budget, slots and
         latency model (``policy`` as :func:`~llmqueue.make_policy` takes it),
         and its own KV cache when ``kv`` is given (SPEC 7: its result then
-        carries the memory figures)."""
+        carries the memory figures).  A network holds at most
+        :data:`~llmqueue.common.limits.MAX_ENGINES` engines."""
         self._new_name(name)
+        limits.check_engines(len(self.engines) + 1)
         recorder = Recorder(bmax if bmax is not None else UNLIMITED, batches=self.batches,
                             requests=True, timeseries=True)
         if kv is not None:
@@ -118,6 +120,7 @@ class Network:
         ``name`` over them; ``engine`` holds :meth:`add_engine`'s keywords (a
         ``kv`` gives each replica a cache of its own)."""
         validation.positive_int("engines", count)
+        limits.check_engines(len(self.engines) + count)
         members = [self.add_engine(f"{name}-{i}", **engine).name for i in range(count)]
         return self.add_pool(name, members, router)
 

@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from llmqueue.common import validation
+from llmqueue.common import limits, validation
 from llmqueue.models.latency import tokens_time
 from llmqueue.planning.plan import _Bar, at_rate, describe, setup
 from llmqueue.planning.probe import FAIL, PASS, Probe, probe
@@ -28,16 +28,12 @@ from llmqueue.theory.bounds import Bounds
 from llmqueue.theory.cost import Cost
 from llmqueue.theory.slo import SLOLike
 
-#: The largest pool searched.
-MAX_ENGINES = 4096
-
-
 @dataclass(frozen=True)
 class EnginesResult:
     """What :func:`plan_engines` found: ``k_min`` (``None`` if no K up to
-    :data:`MAX_ENGINES` passed), ``k_lb``, the probes (one per K probed, in
-    order), the per-engine load at ``k_min``, ``non_monotone``, figures at
-    ``k_min`` and the cost when a price was given."""
+    :data:`~llmqueue.common.limits.MAX_ENGINES` passed), ``k_lb``, the probes
+    (one per K probed, in order), the per-engine load at ``k_min``,
+    ``non_monotone``, figures at ``k_min`` and the cost when a price was given."""
 
     rate: float
     k_min: Optional[int]
@@ -70,6 +66,20 @@ def k_lower(rate: float, lambda_tok: float) -> int:
     return math.floor(rate / lambda_tok) + 1
 
 
+def pool_limit(rate: float, bounds: Bounds, target: float = 0.9) -> int:
+    """The largest pool searched for ``rate`` requests/s
+    (:data:`~llmqueue.common.limits.MAX_ENGINES`, or ``LLMQUEUE_MAX_ENGINES``);
+    a ``ValueError`` naming the limit when even ``K_lb`` is beyond it (an SLO
+    infeasible at every rate needs no pool and passes)."""
+    validation.positive_number("rate", rate)
+    cap = limits.limit("max_engines", limits.MAX_ENGINES)
+    if not bounds.infeasible(target):
+        limits.check_engines(k_lower(rate, bounds.limit),
+                             f"{rate:g} requests/s at lambda = {bounds.limit:.4g} per engine: "
+                             "the smallest pool (K_lb)")
+    return cap
+
+
 def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLike,
                  target: float = 0.9, router: str = "jsq-tokens",
                  goodput1: Optional[float] = None, *, mode: str = "joint", reps: int = 5,
@@ -90,6 +100,7 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
               confidence, seed, early_stop, router, executor, progress)
     config = describe(engine, workload, slo, router, n_requests, reps, seed)
     k_lb = k_lower(rate, s.bounds.limit)
+    cap = pool_limit(rate, s.bounds, target)
     probes: Dict[int, Probe] = {}
     notes = []
     if s.bounds.infeasible(target):
@@ -113,9 +124,9 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
         else:
             fail = k_lb
             k_hi = max(k_lb + 1, math.ceil(rate / goodput1)) if goodput1 else 2 * k_lb
-            while k_hi <= MAX_ENGINES and not run(k_hi):
+            while k_hi <= cap and not run(k_hi):
                 fail, k_hi = k_hi, 2 * k_hi
-            if k_hi <= MAX_ENGINES:
+            if k_hi <= cap:
                 good = k_hi
                 while good - fail > 1:
                     mid = (good + fail) // 2

@@ -9,7 +9,8 @@ tokens).  For latency models of the batch size alone ``lambda_tok`` is exact
 context models ``hi`` starts at ``1.1 * min`` and doubles while a probe at
 ``hi`` passes.  Then bisection on ``(lo + hi) / 2`` with the
 probes of :mod:`llmqueue.planning.probe`, until ``hi - lo <= rel_tol * hi``, a
-boundary probe, or ``max_probes`` probes.
+boundary probe, ``max_probes`` probes, or (nothing passed) ``hi`` below
+:data:`FLOOR` times the bound.
 
 The SLO is one :class:`SLO` or, for a :meth:`Traffic.mix` of request classes, a
 dict class -> SLO; each request is judged by its class's (``A_0`` and
@@ -25,7 +26,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from llmqueue.common import validation
+from llmqueue.common import limits, validation
 from llmqueue.common.progress import bar
 from llmqueue.network.routers import ROUTERS
 from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
@@ -40,6 +41,9 @@ from llmqueue.theory.stats import mean_ci
 #: (``tbt``: the measured requests' largest inter-token gaps).
 LATENCIES = ("ttft", "tpot", "tbt")
 QUANTILES = ("p50", "p90", "p99")
+#: The search gives up once nothing passed down to this share of the rate
+#: bound (a probe's simulated span grows as 1 / rate).
+FLOOR = 2.0**-10
 
 
 @dataclass(frozen=True)
@@ -128,10 +132,11 @@ def bounds_of(workload: Traffic, engine: EngineSpec, slo: SLOLike, seed: int) ->
     cache) and ``workload``; per class, ``A_0 = sum share_c A_0,c`` and
     ``1/lambda_kv = sum share_c / lambda_kv,c`` (Little's law on the mean KV area)."""
     capacity = None if engine.kv is None else engine.kv.tokens
+    fits = None if engine.kv is None else engine.kv.fits_ever  # the rest miss their SLO
     if isinstance(slo, SLO) and workload.classes is None:
         return Bounds.of(engine.latency, engine.bmax, workload.prefill_law,
                          workload.decode_law, kmax=engine.kmax, capacity_tokens=capacity,
-                         slo=slo, seed=seed)
+                         slo=slo, seed=seed, fits=fits)
     whole = Bounds.of(engine.latency, engine.bmax, workload.prefill_law, workload.decode_law,
                       kmax=engine.kmax, seed=seed)
     t1 = smallest_iteration(engine.latency)
@@ -139,7 +144,7 @@ def bounds_of(workload: Traffic, engine: EngineSpec, slo: SLOLike, seed: int) ->
     for name, share, alone in workload.class_traffic():
         one = slo if isinstance(slo, SLO) else slo[name]
         a0 += share * zero_load(engine.latency, engine.bmax, alone.prefill_law,
-                                alone.decode_law, one, seed=seed).attainment
+                                alone.decode_law, one, seed=seed, fits=fits).attainment
         if capacity is not None:
             inverse_kv += share / memory_bound(capacity, t1, alone.prefill_law,
                                                alone.decode_law, seed=seed)
@@ -269,6 +274,8 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
                 break
             lo, hi = hi, 2 * hi
     while count < max_probes and hi - lo > rel_tol * hi:
+        if lo == 0.0 and hi < FLOOR * limit:
+            return  # nothing passed down to here: a lower rate only takes longer to probe
         rate = (lo + hi) / 2
         p = probe(s.base, rate, engines, s.rules, s.executor, bar)
         count += 1
@@ -298,6 +305,7 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
     """
     wall = time.perf_counter()
     validation.positive_int("engines", engines)
+    limits.check_engines(engines, "the plan's pool")
     if not (isinstance(rel_tol, (int, float)) and 0 < rel_tol < 1):
         raise ValueError(f"rel_tol must be a number in (0, 1), got {rel_tol!r}")
     validation.positive_int("max_probes", max_probes)
@@ -309,7 +317,9 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
                       reps, seed)
     if s.bounds.infeasible(target):
         why = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
-               f"of requests meet the SLO on an empty engine (target {target})")
+               f"of requests meet the SLO on an empty engine (target {target})"
+               + ("" if engine.kv is None else
+                  "; requests that can never fit the KV cache count as misses"))
 
         return PlanResult(0.0, 0.0, 0.0, None, (), s.bounds, target, mode, engines, config,
                           infeasible=True, reason=why, seconds=time.perf_counter() - wall)
@@ -325,6 +335,9 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
     reason: Optional[str] = None
     if probes and probes[-1].decision == BOUNDARY:
         reason = f"within statistical resolution at {probes[-1].rate:.4g} req/s"
+    elif not passed and hi < FLOOR * s.bounds.limit * engines:
+        reason = (f"no rate passed down to {hi:.4g} req/s ({FLOOR:g} of the bound "
+                  f"{s.bounds.limit * engines:.4g}); the search stops there")
     cost = None
     if price is not None and lo > 0 and best is not None and best.mean is not None:
         cost = Cost.of(engines, engine.tp, price, lo, workload.mean_prefill,

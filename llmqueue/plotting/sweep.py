@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from llmqueue.common import limits
 from llmqueue.common.params import Param
 from llmqueue.plotting.style import REFERENCE_ZORDER, decorate, figure_for, label
 from llmqueue.sweeps.runner import Row, figure_columns, point_columns, summarize, varying
@@ -147,7 +148,8 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, title: Optional[str]
               params: Optional[Mapping[str, Param]] = None) -> Figure:
     """The mean of ``y`` over seeds on the grid of ``x`` (columns) and ``x2``
     (rows) of a sweep's ``rows``, each cell written out with its 95%
-    confidence half-width; every other grid key must be fixed.  Draws into
+    confidence half-width; every other grid key must be fixed, and the grid
+    holds at most :data:`~llmqueue.common.limits.MAX_CELLS` cells.  Draws into
     ``ax`` when given; returns the figure."""
     check_columns(rows, [x, x2], y)
     points = summarize(rows)
@@ -157,6 +159,7 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, title: Optional[str]
                          "varies: pick one value with --where KEY=VALUE")
     cols = sorted({p[x] for p in points}, key=_order)
     lines = sorted({p[x2] for p in points}, key=_order)
+    limits.check_cells(len(cols), len(lines))
     grid = np.full((len(lines), len(cols)), np.nan)
     half = np.full_like(grid, np.nan)
     for p in points:

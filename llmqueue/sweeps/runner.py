@@ -241,7 +241,7 @@ def summarize(rows: Sequence[Row]) -> List[Row]:
         return []
     columns = list(rows[0])
     # runs of another horizon or warm-up are other points, never more seeds
-    keys = point_columns(columns) + ["horizon", "warmup", "label"]
+    keys = point_columns(columns) + [k for k in ("horizon", "warmup", "label") if k in columns]
     return aggregate(rows, keys, figure_columns(columns))
 
 

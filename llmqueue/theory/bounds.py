@@ -229,10 +229,13 @@ class ZeroLoad:
 
 
 def zero_load(latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_law: SizeLike,
-              slo: SLO, n: int = 10**4, seed: int = 0) -> ZeroLoad:
+              slo: SLO, n: int = 10**4, seed: int = 0,
+              fits: Optional[Callable[[int, int], bool]] = None) -> ZeroLoad:
     """The zero-load attainment ``A_0``: the share of ``n`` sampled requests
     (seeded by ``seed``) whose :func:`unloaded_latency` meets ``slo`` (scheduling
-    delay 0).  Below the target, ``slo`` is infeasible at every rate."""
+    delay 0).  Below the target, ``slo`` is infeasible at every rate.  A request
+    ``(vp, vd)`` with ``fits(vp, vd)`` false is never served (it can never fit
+    the KV cache: SPEC 7.1 ignores it) and misses the SLO."""
     if not isinstance(slo, SLO):
         raise ValueError(f"slo must be an SLO, got {slo!r}")
     validation.positive_int("bmax", bmax)
@@ -243,8 +246,10 @@ def zero_load(latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_la
         if key not in cache:
             cache[key] = unloaded_latency(latency, bmax, *key)
     unloaded = tuple(cache[key] for key in sizes)
-    records = [RequestLatency(u.ttft, u.tpot, u.tbt_max, u.e2e, 0.0, True, None, u)
-               for u in unloaded]
+    served = [True] * len(sizes) if fits is None else [fits(*key) for key in sizes]
+    records = [RequestLatency(u.ttft, u.tpot, u.tbt_max, u.e2e, 0.0, True, None, u) if ok
+               else RequestLatency(finished=False, unloaded=u)
+               for u, ok in zip(unloaded, served)]
     return ZeroLoad(attainment(records, slo).joint, unloaded, sizes)
 
 
@@ -278,10 +283,11 @@ class Bounds:
     def of(cls, latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_law: SizeLike,
            *, kmax: Optional[int] = None, capacity_tokens: Optional[int] = None,
            slo: Optional[SLO] = None, draws: int = 10**5, n: int = 10**4,
-           seed: int = 0) -> "Bounds":
+           seed: int = 0, fits: Optional[Callable[[int, int], bool]] = None) -> "Bounds":
         """Every bound for an engine (``latency``, ``bmax``, ``kmax``, a KV cache
         of ``capacity_tokens``) and requests drawn from the two size laws.  Means:
-        the prompt law's mean and the decode law's with draws of 0 counted as 1."""
+        the prompt law's mean and the decode law's with draws of 0 counted as 1.
+        ``fits`` as :func:`zero_load` takes it."""
         prompt, decode = as_law("prefill_law", prefill_law), as_law("decode_law", decode_law)
         m_d = decode_mean(decode)
         if m_d is None:  # a law whose chance of 0 is unknown: the sample mean
@@ -294,4 +300,4 @@ class Bounds:
             None if capacity_tokens is None else
             memory_bound(capacity_tokens, t1, prompt, decode, draws, seed),
             None if slo is None else zero_load(latency, bmax, prompt, decode, slo, n,
-                                               seed).attainment)
+                                               seed, fits).attainment)
