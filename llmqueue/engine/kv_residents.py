@@ -68,7 +68,6 @@ class Held:
     first_prefill: Optional[int] = None
     """When its first incarnation's prefill ended (ns); kept across preemptions."""
     ignored: bool = False
-    """Rejected on arrival: it could never fit the cache."""
     """Rejected on arrival: it could never fit (SPEC 7.1)."""
     swaps: int = 0
     """Of its preemptions, those that moved its KV to the swap pool."""
@@ -191,28 +190,23 @@ class MemoryResidents(Residents):
         """Blocks that iterations 1, 2, ... of a run of ``plan`` (a full decode
         batch or none) add in all, as long as they fit the free blocks and at
         most ``k - 1`` of them: with blocks of ``B`` tokens a decoder needs a
-        block when its KV is a multiple of ``B`` (counted by :attr:`phase`
-        against the clock, so the decoders' needs repeat every ``B``
-        iterations); a ``lazy`` chunk of ``n`` at KV ``x`` has added
-        ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)`` after ``i``."""
+        block when its KV is a multiple of ``B`` (:attr:`phase` against the
+        clock: the needs repeat every ``B`` iterations); a ``lazy`` chunk of
+        ``n`` at KV ``x`` has added ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)``."""
         if k <= 1:
             return []
-        b = self.kv.block_size
+        b, m = self.kv.block_size, k - 1
         if plan.decode:
             phase, c0 = self.phase, self.clock[0]
-            cycle = [phase[-(c0 + i) % b]  # type: ignore[index]
-                     for i in range(1, min(b, k - 1) + 1)]
-            if k - 1 > b:
-                cycle = cycle * ((k - 1) // b) + cycle[:(k - 1) % b]
-            steps = list(itertools.accumulate(cycle))
+            cycle = [phase[-(c0 + i) % b] for i in range(1, min(b, m) + 1)]  # type: ignore
+            steps = list(itertools.accumulate(cycle * (m // b) + cycle[:m % b] if m > b
+                                              else cycle))
         else:
-            steps = [0] * (k - 1)
-        if self.kv.admission == "lazy":
-            for r, n in plan.prefill:
-                held = kv_tokens(r)
-                base = (held + n) // -b  # -ceil((x + n) / B)
-                steps = [s - (held + (i + 1) * n) // -b + base
-                         for i, s in enumerate(steps, 1)]
+            steps = [0] * m
+        for r, n in plan.prefill if self.kv.admission == "lazy" else ():
+            held = kv_tokens(r)
+            base = (held + n) // -b  # -ceil((x + n) / B)
+            steps = [s - (held + (i + 1) * n) // -b + base for i, s in enumerate(steps, 1)]
         fit = bisect.bisect_right(steps, self.free)
         return steps if fit == len(steps) else steps[:fit]
 

@@ -46,13 +46,14 @@ from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import KVBatch
+from llmqueue.engine.reference_common import (arriving, incoming, iteration_end, logged,
+                                               next_choice, price, serve, settings)
 from llmqueue.engine.results import Batch
 from llmqueue.models.context import BatchContext
-from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.models.latency import LatencyModel
 from llmqueue.policies.builtin import Policy
 from llmqueue.policies.view import Plan, Request, SimpleView
 
-INF = float("inf")
 Item = Tuple[Request, int, bool]  # (resident, tokens, is a decode)
 
 
@@ -97,11 +98,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                      latency: Optional[LatencyModel] = None,
                      horizon: Optional[float] = None) -> KVReference:
     """Step the model of SPEC 7 with the cache ``kv``; see the module docstring."""
-    latency = latency or Staircase()
-    policy = policy.for_engine(latency, kmax)
-    budget = bmax if bmax is not None else UNLIMITED
-    slots = kmax if kmax is not None else INF
-    until = to_ticks(horizon) if horizon is not None else None
+    latency, policy, budget, slots, until = settings(policy, bmax, kmax, latency, horizon)
     size, blocks = kv.block_size, kv.blocks
     share = kv.watermark if kv.watermark is not None else (
         0.01 if kv.admission == "prompt" else 0.0)
@@ -136,16 +133,10 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             after = peak(r)
         return ceil_blocks(after) - (ceil_blocks(held(r)) if started(r) else 0)
 
-    incoming: Deque[Request] = deque()
-    for rid, a in enumerate(arrivals):
-        at = to_ticks(a[0])
-        if until is not None and at >= until:
-            break
-        r = Request(rid, a[1], a[2], a[3] if len(a) > 3 else None)
-        r.arrival = at
+    line = incoming(arrivals, until)
+    for r in line:
         r.memory = Memory()
-        incoming.append(r)
-    everyone = list(incoming)
+    everyone = list(line)
     waiting: Deque[Request] = deque()
     residents: List[Request] = []
     batches: List[Batch] = []
@@ -164,9 +155,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         residents.append(r)
 
     def arrive_until(limit: int, inclusive: bool) -> None:
-        while incoming and (incoming[0].arrival < limit
-                            or (inclusive and incoming[0].arrival == limit)):
-            r = incoming.popleft()
+        for r in arriving(line, limit, inclusive):
             if (kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens) \
                     or ceil_blocks(r.vp + r.vd) > blocks - reserve:
                 r.memory.ignored = True  # never fits (SPEC 7.1)
@@ -306,57 +295,36 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             else:
                 raise Stalled(f"no batch can form at t={now} ns under {kv!r}")
 
+    def context(plan: Plan) -> BatchContext:  # SPEC 8.2, with the decoders left out
+        sitting = sum(1 for r in residents if r.prefill_left == 0 and r not in swapped)
+        return BatchContext.of([kv_of(r) for r in plan.decode],
+                               [(n, kv_of(r)) for r, n in plan.prefill],
+                               sitting - len(plan.decode))
+
     while True:
-        arrive_until(now, inclusive=True)
-        if not residents:
-            if not incoming:
-                break
-            now = incoming[0].arrival
-            continue
+        start = next_choice(now, residents, line, arrive_until)
+        if start is None:
+            break
+        now = start
         counter["moved"] = 0
         plan, preempted, new = choose()
-        decode = len(plan.decode)
-        prefill = sum(n for _, n in plan.prefill)
-        requests = decode + len(plan.prefill)
-        recomputed = 0
-        for r in plan.decode:
-            recomputed += 1 if kv_of(r) < r.memory.high else 0
-        for r, n in plan.prefill:
-            recomputed += max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))
+        decode, prefill, requests, t = price(latency, plan, context)
+        shares = [(r, 1 if kv_of(r) < r.memory.high else 0) for r in plan.decode] + [
+            (r, max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))) for r, n in plan.prefill]
+        recomputed = sum(over for _, over in shares)
         stale = stale + recomputed if recomputed == decode + prefill else 0
         if stale > 8 * sum(r.vp + r.vd for r in residents):
             raise Stalled(f"livelock at t={now} ns: only recomputed tokens")
-        if getattr(latency, "needs_context", False):
-            sitting = sum(1 for r in residents if r.prefill_left == 0
-                          and r not in swapped) - decode
-            context = BatchContext.of([kv_of(r) for r in plan.decode],
-                                      [(n, kv_of(r)) for r, n in plan.prefill], sitting)
-            t = to_ticks(latency.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
-                                            context=context))
-        else:
-            t = to_ticks(latency.batch_time(decode, prefill, requests))
         if counter["moved"] and cost:  # the swap traffic of this choice
             t += to_ticks(cost * counter["moved"])
-        end = now + t
-        if until is not None and end >= until:
-            arrive_until(until, inclusive=False)  # they came before the horizon
+        end = iteration_end(now, t, until, arrive_until)
+        if end is None:
             break
-        arrive_until(end, inclusive=False)
-        batches.append(Batch(now, t, prefill, decode, requests, tuple(r.rid for r in plan.decode),
-                             tuple((r.rid, n) for r, n in plan.prefill)))
+        batches.append(logged(now, t, plan, prefill))
         served = list(residents)
-        for r in plan.decode:
-            r.memory.recomputed += 1 if kv_of(r) < r.memory.high else 0
-            r.decode_left -= 1
-            if r.first_token is None:
-                r.first_token = end
-            if r.decode_left == 0:
-                r.finished = end
-        for r, n in plan.prefill:
-            r.memory.recomputed += max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))
-            r.prefill_left -= n
-            if r.prefill_left == 0 and r.prefill_done is None:
-                r.prefill_done = end  # a recomputed prefill keeps the first one's end
+        for r, over in shares:
+            r.memory.recomputed += over
+        serve(plan, end)
         in_use = [r for r in served if started(r)]
         kv_log.append(KVBatch(sum(kv_of(r) for r in in_use),
                               sum(ceil_blocks(held(r)) for r in in_use),

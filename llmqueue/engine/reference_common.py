@@ -1,0 +1,123 @@
+"""What the two reference steppers (:mod:`~llmqueue.engine.reference`, and
+:mod:`~llmqueue.engine.reference_kv` with a KV cache) share: their settings
+and the line of requests still to arrive."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Deque, Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple
+
+from llmqueue.common.units import UNLIMITED, to_ticks
+from llmqueue.engine.results import Batch
+from llmqueue.models.context import BatchContext
+from llmqueue.models.latency import LatencyModel, Staircase
+from llmqueue.policies.builtin import Policy
+from llmqueue.policies.view import Plan, Request
+
+
+class Settings(NamedTuple):
+    """One reference run's engine, in the stepper's terms."""
+
+    latency: LatencyModel
+    policy: Policy
+    budget: int
+    slots: float
+    until: Optional[int]
+    """The horizon in ticks (``None``: run until every request finished)."""
+
+
+def settings(policy: Policy, bmax: Optional[int], kmax: Optional[int],
+             latency: Optional[LatencyModel], horizon: Optional[float]) -> Settings:
+    """The run's settings (unlimited budget or slots where ``None``)."""
+    latency = latency or Staircase()
+    return Settings(latency, policy.for_engine(latency, kmax),
+                    bmax if bmax is not None else UNLIMITED,
+                    kmax if kmax is not None else float("inf"),
+                    to_ticks(horizon) if horizon is not None else None)
+
+
+def incoming(arrivals: Iterable[Sequence], until: Optional[int]) -> Deque[Request]:
+    """Every request that arrives before ``until``, numbered from 0, times in ticks."""
+    line: Deque[Request] = deque()
+    for rid, a in enumerate(arrivals):
+        at = to_ticks(a[0])
+        if until is not None and at >= until:
+            break
+        r = Request(rid, a[1], a[2], a[3] if len(a) > 3 else None)
+        r.arrival = at
+        line.append(r)
+    return line
+
+
+def arriving(line: Deque[Request], limit: int, inclusive: bool) -> Iterator[Request]:
+    """Take from ``line`` the requests that arrive before ``limit`` (or at it)."""
+    while line and (line[0].arrival < limit or (inclusive and line[0].arrival == limit)):
+        yield line.popleft()
+
+
+def price(latency: LatencyModel, plan: Plan, context: Callable[[Plan], BatchContext]
+          ) -> Tuple[int, int, int, int]:
+    """``(decode, prefill, requests, ticks)`` of one iteration of ``plan``; a
+    context-aware model is given ``context(plan)`` (SPEC 8.2)."""
+    decode = len(plan.decode)
+    prefill = sum(n for _, n in plan.prefill)
+    requests = decode + len(plan.prefill)
+    if getattr(latency, "needs_context", False):
+        seconds = latency.batch_time(decode, prefill, requests,  # type: ignore[call-arg]
+                                     context=context(plan))
+    else:
+        seconds = latency.batch_time(decode, prefill, requests)
+    return decode, prefill, requests, to_ticks(seconds)
+
+
+def logged(now: int, t: int, plan: Plan, prefill: int) -> Batch:
+    """The batch log's row for an iteration of ``plan`` from ``now``, ``t`` long."""
+    return Batch(now, t, prefill, len(plan.decode), len(plan.decode) + len(plan.prefill),
+                 tuple(r.rid for r in plan.decode), tuple((r.rid, n) for r, n in plan.prefill))
+
+
+def serve(plan: Plan, end: int) -> None:
+    """Apply one iteration of ``plan`` ending at ``end``: a decode token each,
+    the prefill chunks; stamp first tokens, finishes and prefill ends (a
+    recomputed prefill keeps its first incarnation's end)."""
+    for r in plan.decode:
+        r.decode_left -= 1
+        if r.first_token is None:
+            r.first_token = end
+        if r.decode_left == 0:
+            r.finished = end
+    for r, n in plan.prefill:
+        r.prefill_left -= n
+        if r.prefill_left == 0 and r.prefill_done is None:
+            r.prefill_done = end
+
+
+#: ``arrive_until(limit, inclusive)``: a stepper's intake of the requests due by ``limit``.
+Intake = Callable[[int, bool], None]
+
+
+def next_choice(now: int, residents: Sequence[Request], line: Deque[Request],
+                arrive_until: Intake) -> Optional[int]:
+    """When the next batch is chosen: ``now`` if anyone is resident once the
+    arrivals at ``now`` are in, else at the next arrival; ``None`` when no
+    request is left to serve."""
+    while True:
+        arrive_until(now, True)
+        if residents:
+            return now
+        if not line:
+            return None
+        now = line[0].arrival
+
+
+def iteration_end(now: int, t: int, until: Optional[int], arrive_until: Intake
+                  ) -> Optional[int]:
+    """The end of an iteration of ``t`` ticks from ``now`` after taking in the
+    arrivals before it; ``None`` when the horizon ``until`` cuts it (the
+    arrivals before the horizon come in all the same)."""
+    end = now + t
+    if until is not None and end >= until:
+        arrive_until(until, False)
+        return None
+    arrive_until(end, False)
+    return end
