@@ -169,8 +169,9 @@ class KV:
         if self.capacity_tokens is not None:
             _whole("capacity_tokens", self.capacity_tokens, 1)
             if self.capacity_tokens < self.block_size:
-                raise ValueError(f"capacity_tokens must hold at least one block of "
-                                 f"block_size={self.block_size} tokens; got "
+                raise ValueError(f"capacity_tokens (kv on the command line) must hold at "
+                                 f"least one block of block_size={self.block_size} tokens "
+                                 f"(kv_block); allowed: >= {self.block_size}; got "
                                  f"{self.capacity_tokens}")
         else:
             _whole("num_blocks", self.num_blocks, 1)
@@ -220,8 +221,9 @@ class KV:
                              "integer >= 1 (kv_swap on the command line); got None")
         _whole("swap_tokens", self.swap_tokens, 1)
         if self.swap_tokens < self.block_size:
-            raise ValueError(f"swap_tokens must hold at least one block of block_size="
-                             f"{self.block_size} tokens; got {self.swap_tokens}")
+            raise ValueError(f"swap_tokens (kv_swap on the command line) must hold at least "
+                             f"one block of block_size={self.block_size} tokens (kv_block); "
+                             f"allowed: >= {self.block_size}; got {self.swap_tokens}")
 
     #: ``N``, the blocks in the cache.
     blocks: int = field(init=False, repr=False, compare=False)
