@@ -171,7 +171,7 @@ def test_max_tokens_counts_in_blocks():
     ({"preemption": "swap"}, "swap' needs a swap pool: swap_tokens must be an integer >= 1"),
     ({"preemption": "swap", "swap_tokens": 0}, "swap_tokens must be an integer >= 1"),
     ({"preemption": "swap", "swap_tokens": 3, "block_size": 4, "capacity_tokens": 16},
-     "swap_tokens (kv_swap on the command line) must hold at least one block"),
+     r"swap_tokens \(kv_swap on the command line\) must hold at least one block"),
     ({"swap_tokens": 100}, "swap_tokens and swap_seconds_per_token need preemption='swap'"),
     ({"swap_seconds_per_token": 0.1}, "need preemption='swap'"),
     ({"preemption": "swap", "swap_tokens": 10, "swap_seconds_per_token": -1.0},
