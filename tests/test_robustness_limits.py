@@ -39,7 +39,8 @@ def one_line_error(argv, capsys, fragment):
     (["run", "kmax-point", "--set", "gap=1e-9"], "LLMQUEUE_MAX_REQUESTS"),
     (["run", "kmax-region", "--set", "gap=1e-9"], "LLMQUEUE_MAX_REQUESTS"),
     # capacity below one block
-    (["run", "single", "--set", "kv=8", "--set", "kv_block=16"], "(kv on the command line) must hold at least one block"),
+    (["run", "single", "--set", "kv=8", "--set", "kv_block=16"],
+     "(kv on the command line) must hold at least one block"),
     (["capacity", "--set", "kv=8", "--set", "kv_block=16"], "at least one block"),
     (["plan", "--ttft", "1", "--set", "kv=8", "--set", "kv_block=16"], "at least one block"),
     # WAIT quotas of 0

@@ -251,11 +251,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     fast, budget = roomy(engine), engine.budget
     stale = 0  # tokens processed since the last iteration with a fresh token
-    settled = False  # nothing at this instant can change the next batch (as in Engine)
     while True:
-        if not settled and env.peek() == env.now:
-            yield engine.end_of_instant()
-        settled = False
+        yield from engine.settle()
         if not len(residents):
             if gpu_request is not None:
                 engine.gpu.release(gpu_request)
@@ -330,11 +327,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             memory.level(now, residents.used_tokens, kv.blocks - residents.free)
         if check:
             check_state(residents, kv, None)
-        settled = not finished and env.peek() != now
-        for r in prefilled:
-            if r.on_prefilled is not None and not r.on_prefilled.triggered:
-                r.on_prefilled.succeed()
         for r in finished:
             memory.finished(r.memory.area)
             recorder.finish(now, r)
-            r.on_finished.succeed()
+        engine.wake(now, prefilled, finished)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from typing import Deque, Dict, Generator, Hashable, List, Optional, Tuple
+from typing import Deque, Dict, Generator, Hashable, List, Optional, Sequence, Tuple
 
 import simpy
 
@@ -46,7 +46,7 @@ from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks
 from llmqueue.engine.context_runs import context_run
-from llmqueue.engine.errors import Stalled
+from llmqueue.engine.errors import Diverged, Stalled  # noqa: F401 - the engine's errors
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
 from llmqueue.engine.kv_residents import Held
@@ -65,18 +65,6 @@ from llmqueue.theory.bounds import needs_context
 #: instant is settled), and batch choices come last.
 ROUTING = 1.5
 END_OF_INSTANT = 2
-
-
-class Diverged(Exception):
-    """More requests are pending than the run allows (``max_pending``)."""
-
-    def __init__(self, now: int, pending: int) -> None:
-        super().__init__(now, pending)  # SimPy rebuilds exceptions from their args
-        self.now = now
-        self.pending = pending
-
-    def __str__(self) -> str:
-        return f"{self.pending} requests pending at t={self.now / 1e9:.3f} s"
 
 
 class Engine:
@@ -137,6 +125,10 @@ class Engine:
         self._arrival: Optional[simpy.Event] = None
         self._wake: Optional[simpy.Event] = None
         self.arrivals_over = False
+        self.settled: Optional[float] = None
+        """After a settled instant (:meth:`wake`), when the next event after it happens."""
+        self.horizon: Optional[float] = None
+        """The same for the batch being chosen (:meth:`settle` moves it here)."""
         """Whether the workload can bring no further request (:meth:`end_arrivals`)."""
         env.process(self._gatekeeper())
         if kv is None:
@@ -251,17 +243,49 @@ class Engine:
             self._wake.succeed()
 
     def _request(self, r: Request) -> Generator[simpy.Event, object, None]:
-        """One request's life after admission: prefill, decode, release (of a
-        slot of a finite pool: a put into a full pool of ``inf`` slots would
-        wait forever and keep the finished request alive)."""
+        """One request's life after admission: its prefill phase, then its
+        decode phase (the engine gives its slot back when it finishes:
+        :meth:`release`)."""
         if r.on_prefilled is not None:
             yield r.on_prefilled
         yield r.on_finished
-        if self.kmax is not None:
-            yield self.pool.put(1)
 
-    def _end_of_instant(self) -> simpy.Event:
-        return later_this_instant(self.env, END_OF_INSTANT)
+    def wake(self, now: int, prefilled: Sequence[Request], finished: Sequence[Request]) -> None:
+        """At the end of a run at ``now``: wake the requests whose prefill
+        ended and those that finished, giving the finished ones' slots back to
+        the pool (of a finite pool: a put into a full pool of ``inf`` slots
+        would wait forever).  When nothing else happens at ``now``, nobody
+        waits for a slot and nobody but its own process waits for a finished
+        request, processing these wake-ups and returns changes nothing the
+        next batch reads: the instant is then :attr:`settled` and the next
+        batch is chosen at once."""
+        following = self.env.peek()
+        quiet = following != now and not (finished and self.waiting)
+        for r in prefilled:
+            event = r.on_prefilled
+            if event is not None and not event.triggered:  # a re-prefill after a preemption
+                event.succeed()
+        for r in finished:
+            event = r.on_finished
+            quiet = quiet and len(event.callbacks) == 1
+            event.succeed()
+        if self.kmax is not None:
+            for _ in finished:
+                self.pool.put(1)
+        self.settled = following if quiet else None
+
+    def next_event(self) -> float:
+        """When the next thing that can change the batch being chosen happens:
+        the next event of the environment, or, in a settled instant, the next
+        one after it."""
+        return self.env.peek() if self.horizon is None else self.horizon
+
+    def settle(self) -> Generator[simpy.Event, object, None]:
+        """In a scheduler process (``yield from``) before a batch choice: wait
+        until everything else of this instant is done, unless it is settled."""
+        self.horizon, self.settled = self.settled, None
+        if self.horizon is None and self.env.peek() == self.env.now:
+            yield later_this_instant(self.env, END_OF_INSTANT)
 
 
     def sleep(self) -> Generator[simpy.Event, object, None]:
@@ -307,7 +331,7 @@ class Engine:
         k = self.residents.repeats(plan)
         if k > 1 and self.pool.level >= 1:
             # a free slot: an arrival could be admitted and change the next batch
-            nxt = env.peek()
+            nxt = self.next_event()
             if nxt != float("inf"):
                 k = min(k, ceil_div(int(nxt) - now_ticks(env), t))
         if k > 1 and self.until is not None:
@@ -321,19 +345,14 @@ class Engine:
 
     #: Length of one iteration of a batch (with its plan: a context model sees it), in ticks.
     batch_ticks = _plan_ticks
-    #: An event after everything else of the current instant (batch choices wait for it).
-    end_of_instant = _end_of_instant
 
     def _scheduler(self) -> Generator[simpy.Event, object, None]:
         env, residents, recorder = self.env, self.residents, self.recorder
         policy, budget = self.policy, self.budget
         choose = policy.plan if isinstance(policy, Policy) else policy  # one call, not two
         gpu_request = None
-        settled = False  # nothing at this instant can change the next batch
         while True:
-            if not settled and env.peek() == env.now:
-                yield self._end_of_instant()
-            settled = False
+            yield from self.settle()
             if not len(residents):
                 if gpu_request is not None:
                     self.gpu.release(gpu_request)
@@ -375,12 +394,6 @@ class Engine:
             prefilled, finished = residents.apply(plan, k, start, t, times)
             now: int = env.now  # type: ignore[assignment]
             recorder.commit(now)
-            # with no other event at this instant and nobody finishing, the
-            # prefill ends below wake only their own requests, which then wait
-            # for their decode: the next batch needs no end-of-instant wait
-            settled = not finished and env.peek() != now
-            for r in prefilled:
-                r.on_prefilled.succeed()
             for r in finished:
                 recorder.finish(now, r)
-                r.on_finished.succeed()
+            self.wake(now, prefilled, finished)
