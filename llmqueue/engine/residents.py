@@ -224,9 +224,9 @@ class Residents:
                     r.finished = end
                     finished.append(r)
                     self.decode_sum -= r.vp + r.vd - mark
-            if finished:  # a full batch's plan may hold this very list: a new one
-                self.decoding = [r for r in self.decoding if r.finished is None] if full \
-                    else _without(self.decoding, finished, _unfinished)
+            if finished:  # a full batch's plan may hold this very list: a copy (a memcpy)
+                self.decoding = _without(self.decoding[:] if full else self.decoding,
+                                         finished, _unfinished)
             if len(heap) > 2 * len(self.decoding) + 64:
                 self._heap = [e for e in heap if e[2].end_mark == e[0] and e[2].finished is None]
                 heapify(self._heap)
