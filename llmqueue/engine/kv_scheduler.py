@@ -252,7 +252,9 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     fast, budget = roomy(engine), engine.budget
     stale = 0  # tokens processed since the last iteration with a fresh token
     while True:
-        yield from engine.settle()
+        wait = engine.settle()
+        if wait is not None:
+            yield wait
         if not len(residents):
             if gpu_request is not None:
                 engine.gpu.release(gpu_request)

@@ -7,20 +7,18 @@
   waiting line, whose head a gatekeeper process admits as slots come back.
   Admission starts the request's process.
 * Each request is a process that waits for its prefill phase, then its decode
-  phase, then gives its slot back: it is woken at those two boundaries only.
+  phase: it is woken at those two boundaries only; the engine gives its slot
+  back when it finishes.
 * The scheduler process forms each iteration's batch with the policy under the
   token budget and yields a timeout of ``t_b``.  When the policy is stationary
   and the next ``k`` iterations are provably identical (nothing is admitted,
   finishes or changes phase before the last of them starts), it yields one
   timeout of ``k * t_b`` instead (exact skip-ahead).
 * A latency model that ``needs_context`` (the roofline) is given each
-  iteration's :class:`~llmqueue.models.context.BatchContext` (SPEC 8.2), built
-  from the residents' running sums.  Its iterations differ even when their
-  batch is the same (every decoder holds one more token each time), so a
-  skipped run of ``k`` iterations sums each iteration's own time, in order
-  (``batch_times`` when the model has it), and ends at the last iteration that
-  starts before the next event, exactly as stepping would.  With a KV cache,
-  context models step every iteration.
+  iteration's :class:`~llmqueue.models.context.BatchContext` (SPEC 8.2), from
+  the residents' running sums; a skipped run of such iterations (they differ:
+  every decoder holds one more token each time) sums each one's own time, in
+  order, and ends where stepping would.  With a KV cache they step.
 
 With a KV cache (``kv=KV(...)``) the residents are a
 :class:`~llmqueue.engine.kv_residents.MemoryResidents`, the scheduler process
@@ -31,7 +29,8 @@ that can never fit are rejected as ``ignored`` with a warning (SPEC 7.1).
 Order of events at one instant (SPEC section 2): before choosing a batch the
 scheduler waits for an *end-of-instant* event, scheduled behind every ordinary
 event at the current time, so progress, releases, admissions and arrivals of
-that instant are all settled first.
+that instant are all settled first; it need not when the instant holds only
+its own wake-ups that change nothing (:meth:`Engine.wake`).
 """
 
 from __future__ import annotations
@@ -280,12 +279,14 @@ class Engine:
         one after it."""
         return self.env.peek() if self.horizon is None else self.horizon
 
-    def settle(self) -> Generator[simpy.Event, object, None]:
-        """In a scheduler process (``yield from``) before a batch choice: wait
-        until everything else of this instant is done, unless it is settled."""
+    def settle(self) -> Optional[simpy.Event]:
+        """In a scheduler process before a batch choice: the event to yield to
+        wait until everything else of this instant is done, or ``None`` when
+        nothing else happens now or the instant is settled (:meth:`wake`)."""
         self.horizon, self.settled = self.settled, None
         if self.horizon is None and self.env.peek() == self.env.now:
-            yield later_this_instant(self.env, END_OF_INSTANT)
+            return later_this_instant(self.env, END_OF_INSTANT)
+        return None
 
 
     def sleep(self) -> Generator[simpy.Event, object, None]:
@@ -352,7 +353,9 @@ class Engine:
         choose = policy.plan if isinstance(policy, Policy) else policy  # one call, not two
         gpu_request = None
         while True:
-            yield from self.settle()
+            wait = self.settle()
+            if wait is not None:
+                yield wait
             if not len(residents):
                 if gpu_request is not None:
                     self.gpu.release(gpu_request)
