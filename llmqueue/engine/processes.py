@@ -288,15 +288,12 @@ class Engine:
             return later_this_instant(self.env, END_OF_INSTANT)
         return None
 
-
     def sleep(self) -> Generator[simpy.Event, object, None]:
         """In the scheduler process (``yield from``): wait for the next admission
         (or, with a KV cache, the next arrival)."""
         self._wake = self.env.event()
         yield self._wake
         self._wake = None
-
-
 
     def _batch_ticks(self, decode: int, prefill: int, requests: int) -> int:
         key = (decode, prefill, requests)
@@ -360,9 +357,7 @@ class Engine:
                 if gpu_request is not None:
                     self.gpu.release(gpu_request)
                     gpu_request = None
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+                yield from self.sleep()
                 continue
             if gpu_request is None:
                 gpu_request = self.gpu.request()
