@@ -75,11 +75,16 @@ def _starts_repeat(engine, plan: Plan) -> bool:  # noqa: ANN001
     they are prompts (no decoder), the policy charges decodes first, and they
     close the plan's prefill chunks, so next time, started, they are walked in
     pass 1 in the same place of the budget as now in pass 2."""
-    started = engine.last_starts
-    if engine.prefill_first or len(started) > len(plan.prefill):
+    started, prefill = engine.last_starts, plan.prefill
+    n = len(prefill) - len(started)
+    if engine.prefill_first or n < 0:
         return False
-    tail = plan.prefill[len(plan.prefill) - len(started):]
-    return all(r.prefill_left > 0 and r is s for (r, _), s in zip(tail, started))
+    for s in started:
+        r = prefill[n][0]
+        if r is not s or r.prefill_left <= 0:
+            return False
+        n += 1
+    return True
 
 
 def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
@@ -251,6 +256,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     fast, budget = roomy(engine), engine.budget
     stale = 0  # tokens processed since the last iteration with a fresh token
+    ticks = None if engine.contexts else engine._batch_ticks  # a context model sees the plan
     while True:
         wait = engine.settle()
         if wait is not None:
@@ -285,7 +291,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             prefill += tokens
         requests = decode + len(plan.prefill)
         residents.used_tokens += decode + prefill
-        t = engine.batch_ticks(decode, prefill, requests, plan)
+        t = ticks(decode, prefill, requests) if ticks else engine.batch_ticks(
+            decode, prefill, requests, plan)
         if choice.moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
             cost = to_ticks(kv.swap_seconds_per_token * choice.moved)
             memory.swap_ticks += cost
