@@ -18,7 +18,8 @@ lognormal prompts of median 600, sigma 0.9, and outputs of median 150, sigma
 0.8, replayed from a CSV as ``run trace`` does), the Azure 2023 conversation
 trace (when ``../shared/traces`` is there), the ``blowup`` demo's workload,
 that lognormal workload with a KV cache that preempts, and with the H100
-roofline (Llama-3-8B) pricing every iteration at its real context.
+roofline (Llama-3-8B) pricing every iteration at its real context; and point
+C (identical iterations, where skip-ahead pays) to check nothing regressed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 
 import llmqueue as q
 from benchmarks import plain, skeleton
+from benchmarks.bench import POINT_C
 from llmqueue.engine.reference import run_reference
 from llmqueue.experiments.azure import DEFAULT_TRACE
 from llmqueue.experiments.blowup import geometric_workload
@@ -121,6 +123,9 @@ def cases(quick: bool) -> List[Case]:
         Case(f"lognormal on H100 roofline, {n // 3:,}", lambda: rows[:n // 3],
              latency=q.Roofline("H100", "llama-3-8b"), reference_requests=5_000),
     ]
+    out.append(Case(f"point C sarathi-128, {n // 5:,} (no regression)",
+                    lambda: triples(r for r, _ in zip(POINT_C, range(n // 5))), bmax=128,
+                    kmax=100, plain=True))
     if os.path.exists(DEFAULT_TRACE):
         out.insert(1, Case("Azure conversation trace, speed-up 0.25", azure_rows, bmax=128,
                            kmax=100, plain=True))

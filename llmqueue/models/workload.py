@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence)
 
 import numpy as np
 
@@ -95,11 +96,12 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     def make() -> Iterator[Arrival]:
         streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
         times = itertools.chain(itertools.repeat(0.0, initial), arrivals.times(streams[0]))
+        sizes: Dict[int, int] = {}  # one int object per size, however many requests share it
         while True:
             vp = prefill_law.sample(streams[1], BLOCK).tolist()
             vd = decode_sizes(decode_law, streams[2], BLOCK).tolist()
             for p, d, t in zip(vp, vd, times):
-                yield Arrival(t, p, d, klass)
+                yield Arrival(t, sizes.setdefault(p, p), sizes.setdefault(d, d), klass)
 
     text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
                            f"seed={seed}" + (f", {initial} at t=0" if initial else ""))
