@@ -124,11 +124,11 @@ class Engine:
         self._arrival: Optional[simpy.Event] = None
         self._wake: Optional[simpy.Event] = None
         self.arrivals_over = False
+        """Whether the workload can bring no further request (:meth:`end_arrivals`)."""
         self.settled: Optional[float] = None
         """After a settled instant (:meth:`wake`), when the next event after it happens."""
         self.horizon: Optional[float] = None
         """The same for the batch being chosen (:meth:`settle` moves it here)."""
-        """Whether the workload can bring no further request (:meth:`end_arrivals`)."""
         env.process(self._gatekeeper())
         if kv is None:
             env.process(self._scheduler())
@@ -244,7 +244,7 @@ class Engine:
     def _request(self, r: Request) -> Generator[simpy.Event, object, None]:
         """One request's life after admission: its prefill phase, then its
         decode phase (the engine gives its slot back when it finishes:
-        :meth:`release`)."""
+        :meth:`wake`)."""
         if r.on_prefilled is not None:
             yield r.on_prefilled
         yield r.on_finished
