@@ -95,12 +95,14 @@ class MemoryRecorder:
         self.area_count = 0
         self._swaps()
         self._run: Optional[_Run] = None
-        #: the current single iteration: (end, tokens, blocks, preemptions, recomputed, starts)
-        self._one: Optional[Tuple[int, int, int, int, int, int]] = None
+        #: the current run, as :meth:`allocate` announced it (``_run`` once booked in part)
+        self._one: Optional[tuple] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
 
-    def _advance(self, now: int) -> None:
+    def level(self, now: int, tokens: int, blocks: int, mark: bool = True) -> None:
+        """KV in use changes to ``tokens`` tokens in ``blocks`` blocks at ``now``
+        (``mark=False``: only extend the integrals to ``now``, no time-series point)."""
         span = now - self._t
         if span:
             self._tokens_area += self.tokens * span
@@ -110,14 +112,10 @@ class MemoryRecorder:
                 self.tokens_max = self.tokens
             if self.blocks > self.blocks_max:
                 self.blocks_max = self.blocks
-
-    def level(self, now: int, tokens: int, blocks: int) -> None:
-        """KV in use changes to ``tokens`` tokens in ``blocks`` blocks at ``now``."""
-        self._advance(now)
         self.tokens = tokens
         self.blocks = blocks
         series = self.series
-        if series is not None:
+        if series is not None and mark:
             row = (now, tokens, blocks)
             if series and series[-1][0] == now:
                 series[-1] = row
@@ -157,30 +155,47 @@ class MemoryRecorder:
         more (or, when ``dblocks`` is a list, the ``j``-th holds ``dblocks[j - 1]``
         blocks more than the first) and preempts, starts and recomputes nothing."""
         self.level(now, tokens, blocks)
-        if k == 1:  # one iteration (most of them): a tuple, no run to track
-            self._one = (now + t, tokens, blocks, preemptions, recomputed, starts)
-            return
-        if isinstance(dblocks, list):
-            self._run = _Run(now, t, k, tokens, blocks, dtokens, 0, preemptions, recomputed,
-                             starts, due=now + t, steps=dblocks)
-        else:
-            self._run = _Run(now, t, k, tokens, blocks, dtokens, dblocks, preemptions,
-                             recomputed, starts, due=now + t)
+        self._one = (now + k * t, now, t, k, tokens, blocks, dtokens, dblocks, preemptions,
+                     recomputed, starts)
 
     def commit(self, now: int) -> None:
         """Book the allocations and iteration ends of the current run up to ``now``."""
         one = self._one
         if one is not None:
-            if now < one[0]:
+            end, start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed, \
+                starts = one
+            if now < end and k == 1:
                 return
-            self._one = None
-            _, tokens, blocks, preemptions, recomputed, starts = one
-            self.recomputed += recomputed
-            if preemptions:
-                self.preempted_iterations += 1
-            if self.log is not None:
-                self.log.append(KVBatch(tokens, blocks, preemptions, recomputed, starts))
-            return
+            if now < end or (k > 1 and (self.log is not None or self.series is not None)):
+                # within the run (a warm-up restart), or rows to write: step by step
+                self._one = None
+                steps = dblocks if isinstance(dblocks, list) else None
+                self._run = _Run(start, t, k, tokens, blocks, dtokens,
+                                 0 if steps is not None else dblocks,
+                                 preemptions, recomputed, starts, due=start + t, steps=steps)
+            else:  # the whole run at once (most runs): allocations 0 .. k-2 held t each
+                self._one = None
+                self.recomputed += recomputed
+                if preemptions:
+                    self.preempted_iterations += 1
+                if k > 1:
+                    m = k - 1
+                    grown = m * (m - 1) // 2  # Σ j over 0 .. k-2
+                    self._tokens_area += t * (m * tokens + dtokens * grown)
+                    if isinstance(dblocks, list):
+                        self._blocks_area += t * (m * blocks + sum(dblocks[:m - 1]))
+                        top, last = (dblocks[m - 2] if m > 1 else 0), dblocks[m - 1]
+                    else:
+                        self._blocks_area += t * (m * blocks + dblocks * grown)
+                        top, last = (m - 1) * dblocks, m * dblocks
+                    self.tokens_max = max(self.tokens_max, tokens + (m - 1) * dtokens)
+                    self.blocks_max = max(self.blocks_max, blocks + top)
+                    self._t = start + m * t
+                    self.tokens = tokens + m * dtokens
+                    self.blocks = blocks + last
+                elif self.log is not None:
+                    self.log.append(KVBatch(tokens, blocks, preemptions, recomputed, starts))
+                return
         run = self._run
         if run is None or now < run.due:
             return
@@ -188,7 +203,7 @@ class MemoryRecorder:
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
         first = run.allocated
         if last >= first:
-            self._advance(start + first * t)
+            self.level(start + first * t, self.tokens, self.blocks, False)
             count = last - first  # allocations held for a whole iteration
             if count:
                 js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
@@ -232,7 +247,7 @@ class MemoryRecorder:
     def restart(self, now: int) -> None:
         """Forget everything before ``now`` but the levels (warm-up deletion)."""
         self.commit(now)
-        self._advance(now)
+        self.level(now, self.tokens, self.blocks, False)
         self._origin = now
         self._tokens_area = self._blocks_area = 0
         self.tokens_max = self.blocks_max = 0
@@ -242,7 +257,7 @@ class MemoryRecorder:
 
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``."""
-        self._advance(end)
+        self.level(end, self.tokens, self.blocks, False)
 
     def figures(self, end: int, completed: int, batches: int, processed: int
                 ) -> Dict[str, object]:

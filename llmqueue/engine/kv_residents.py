@@ -197,16 +197,18 @@ class MemoryResidents(Residents):
             return []
         b, m = self.kv.block_size, k - 1
         if plan.decode:
-            phase, c0 = self.phase, self.clock[0]
-            cycle = [phase[-(c0 + i) % b] for i in range(1, min(b, m) + 1)]  # type: ignore
-            steps = list(itertools.accumulate(cycle * (m // b) + cycle[:m % b] if m > b
-                                              else cycle))
+            phase, s = self.phase, -(self.clock[0] + 1) % b
+            # iteration i needs phase[-(c0 + i) % B]: the phase list read backwards from s
+            cycle = phase[s::-1] + phase[:s:-1]  # type: ignore[index]
+            steps = list(itertools.accumulate(cycle[:m] if m <= b else
+                                              (cycle * (m // b + 1))[:m]))
         else:
             steps = [0] * m
         for r, n in plan.prefill if self.kv.admission == "lazy" else ():
             held = kv_tokens(r)
             base = (held + n) // -b  # -ceil((x + n) / B)
-            steps = [s - (held + (i + 1) * n) // -b + base for i, s in enumerate(steps, 1)]
+            ends = range(held + 2 * n, held + (m + 1) * n + 1, n)  # x + (i + 1) n, i = 1 .. m
+            steps = [s - end // -b + base for s, end in zip(steps, ends)]
         fit = bisect.bisect_right(steps, self.free)
         return steps if fit == len(steps) else steps[:fit]
 
@@ -332,21 +334,15 @@ class MemoryResidents(Residents):
         decode = plan.decode
         full = len(decode) == len(self.decoding)
         touched = plan.prefill
-        if not full:
+        if decode and not full:
             touched = list(touched)
             touched.extend((r, 1) for r in decode)
             if self.phase is not None:
                 for r in decode:
                     self._phase_remove(r)
+            for r in decode:  # book their areas so far: they leave the clock's sums
+                self._settle(r, n, cs)
         clock = self.clock
-        for r, _ in touched:  # book their areas so far: their KV is about to change
-            rec = r.memory
-            dn = n - rec.n0
-            if dn:
-                if r.clock is clock:
-                    rec.area += (r.vp + r.vd - r.end_mark) * dn + cs - rec.cs0
-                else:
-                    rec.area += (r.vp + r.vd - r.prefill_left - r.end_mark) * dn
         c0 = clock[0]
         prefilled, finished = super().apply(plan, k, start, t, times)
         if prefilled:
@@ -355,10 +351,10 @@ class MemoryResidents(Residents):
         ticks = clock[0] - c0  # k for a full decode batch, else 0
         self._clock_sum = cs = cs + k * c0 + ticks * (ticks + 1) // 2
         grown = k * (k + 1) // 2
-        for r, tokens in touched:  # their KV grew by ``tokens`` in each of the k iterations
+        for r, tokens in touched:  # KV x since n0, then x + i tokens in iteration i of k
             rec = r.memory
-            held = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
-            rec.area += k * (held - k * tokens) + tokens * grown
+            x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] - k * tokens
+            rec.area += x * (n - rec.n0) + tokens * grown
             rec.n0 = n
             rec.cs0 = cs
         if full:
@@ -366,7 +362,7 @@ class MemoryResidents(Residents):
                 self._settle(r, n, cs)
                 if self.phase is not None:
                     self._phase_remove(r)
-        elif self.phase is not None:
+        elif decode and self.phase is not None:
             for r in decode:
                 if r.finished is None:
                     self._phase_add(r)

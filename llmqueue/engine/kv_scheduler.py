@@ -111,7 +111,8 @@ def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
     plan = engine.policy.plan(residents, engine.budget)
     if not plan.decode and not plan.prefill:
         return None
-    one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token
+    size, lazy = kv.block_size, kv.admission == "lazy"
+    one = size == 1 and lazy  # a block per token
     if one:
         blocks = len(plan.decode)
     elif len(plan.decode) == len(residents.decoding):
@@ -123,7 +124,13 @@ def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
     starts = []
     for r, n in plan.prefill:
         fresh = r.seq >= UNSTARTED
-        blocks += n if one else kv.need(r, n, False, not fresh)
+        if one:
+            blocks += n
+        elif lazy:  # kv.need's lazy blocks, inline: ceil((x + n) / B) - ceil(x / B) at KV x
+            x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
+            blocks += x // -size - (x + n) // -size
+        else:
+            blocks += kv.need(r, n, False, not fresh)
         if fresh:
             starts.append(r)
     if blocks > residents.free - (kv.reserve if starts else 0):
@@ -237,7 +244,10 @@ def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN0
     if kv.block_size > 1:
         if plan.decode and len(plan.decode) != len(residents.decoding):
             return 1, 0  # a partial decode batch: its decoders' blocks are not counted
-        steps = residents.block_steps(plan, engine.repeats(plan, t))
+        k = engine.repeats(plan, t)
+        if k == 1 or not plan.decode and kv.admission != "lazy":
+            return k, 0  # (a prompt step under ``prompt`` admission reserved its blocks)
+        steps = residents.block_steps(plan, k)
         return 1 + len(steps), steps
     grow = tokens if kv.admission == "lazy" else decoders
     k = engine.repeats(plan, t)
