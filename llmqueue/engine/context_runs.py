@@ -1,7 +1,7 @@
 """Skip-ahead under a context-aware latency model (SPEC 8.2).
 
 A run of ``k`` iterations of one plan (nothing admitted, finished or changing
-phase before its last starts: :meth:`Engine._repeats`) holds the same batch each
+phase before its last starts: :meth:`Engine.repeats`) holds the same batch each
 time, but every decoder holds one more token each iteration and every chunk's
 cached tokens grow by its size, so the iterations last different times.
 :func:`context_run` prices each one at its own context, in order (the model's
@@ -38,7 +38,7 @@ def context_run(engine: Any, plan: Plan, decode: int, prefill: int, requests: in
         decode, prefill, requests, context=context)), decode, prefill)
     # the engine's bound from the first length is exact when later iterations last
     # at least as long (contexts only grow); otherwise it only cuts a run short
-    k = engine._repeats(plan, first) if engine.skip_ahead else 1
+    k = engine.repeats(plan, first) if engine.skip_ahead else 1
     if k == 1:
         return [first]
     many = getattr(model, "batch_times", None)

@@ -96,14 +96,14 @@ def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
             and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
 
 
-def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
+def choose_roomy(engine) -> Optional[Plan]:  # noqa: ANN001 - an Engine
     """The choice when memory does not bind it: the policy's own batch under
     ``bmax``, when its items' blocks fit the free blocks (less the watermark's
     reserve if it starts anyone) and every decoder holds KV already.
     Then the gate would accept that batch as it is (pass 1 takes the started
     residents' items in order, pass 2 the new starts after them, both charged
     in the order the policy charges them, and no step runs short of blocks),
-    so the new starts are its items that hold no KV yet.
+    so the new starts are its items that hold no KV yet (``engine.last_starts``).
     ``tests/test_kv_skip.py`` checks that this gives the gate's figures.
     ``None`` (left to :func:`choose`, which knows preemption, the fallback and
     the stalls) when the batch is empty or its blocks do not fit."""
@@ -139,7 +139,7 @@ def choose_roomy(engine) -> Optional[Choice]:  # noqa: ANN001 - an Engine
     for r in starts:
         residents.start(r)
     engine.last_starts = starts
-    return Choice(plan, 0, len(starts))
+    return plan
 
 
 def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an Engine
@@ -221,10 +221,11 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
             "bmax: allowed: chunked=true, restart='scratch', or bmax >= vp + vd")
 
 
-def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN001
+def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN001
             ) -> Tuple[int, Union[int, List[int]]]:
-    """How many iterations of ``plan`` may run as one under memory, and the
-    blocks each after the first adds: a number, or with blocks of ``B > 1``
+    """How many of the ``k`` iterations of ``plan`` that the engine's own
+    skip-ahead allows (:meth:`Engine.repeats`) may run as one under memory, and
+    the blocks each after the first adds: a number, or with blocks of ``B > 1``
     tokens the running total after each further iteration.
 
     Called only when this choice preempted and recomputed nothing and started
@@ -239,19 +240,17 @@ def repeats(engine, plan: Plan, t: int, tokens: int, decoders: int  # noqa: ANN0
     that was not tried is still not tried.
     """
     kv, residents = engine.kv, engine.residents
-    if kv.admission == "peak":
-        return engine.repeats(plan, t), 0
+    if k == 1 or kv.admission == "peak":
+        return k, 0
     if kv.block_size > 1:
         if plan.decode and len(plan.decode) != len(residents.decoding):
             return 1, 0  # a partial decode batch: its decoders' blocks are not counted
-        k = engine.repeats(plan, t)
-        if k == 1 or not plan.decode and kv.admission != "lazy":
-            return k, 0  # (a prompt step under ``prompt`` admission reserved its blocks)
+        if not plan.decode and kv.admission != "lazy":
+            return k, 0  # a prompt step under ``prompt`` admission reserved its blocks
         steps = residents.block_steps(plan, k)
         return 1 + len(steps), steps
     grow = tokens if kv.admission == "lazy" else decoders
-    k = engine.repeats(plan, t)
-    if grow and k > 1:
+    if grow:
         k = min(k, 1 + residents.free // grow)
     return k, grow
 
@@ -282,19 +281,22 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             yield gpu_request
             continue
         residents.settle()
-        choice: Optional[Choice] = None
+        plan: Optional[Plan] = None
         if fast and residents.free >= budget and not residents.unstarted_decoders:
-            choice = choose_roomy(engine)
-        if choice is None:
+            plan = choose_roomy(engine)
+        if plan is not None:
+            preemptions = moved = 0
+            starts = len(engine.last_starts)
+        else:
             choice = choose(engine, swap, drains)
+            if choice is None:
+                memory.level(env.now, residents.used_tokens, kv.blocks - residents.free)
+                engine.gpu.release(gpu_request)
+                gpu_request = None
+                yield from engine.sleep()
+                continue
+            plan, preemptions, starts, moved = choice
         used = kv.blocks - residents.free
-        if choice is None:
-            memory.level(env.now, residents.used_tokens, used)
-            engine.gpu.release(gpu_request)
-            gpu_request = None
-            yield from engine.sleep()
-            continue
-        plan = choice.plan
         decode = len(plan.decode)
         prefill = 0
         for _, tokens in plan.prefill:
@@ -303,8 +305,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         residents.used_tokens += decode + prefill
         t = ticks(decode, prefill, requests) if ticks else engine.batch_ticks(
             decode, prefill, requests, plan)
-        if choice.moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
-            cost = to_ticks(kv.swap_seconds_per_token * choice.moved)
+        if moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
+            cost = to_ticks(kv.swap_seconds_per_token * moved)
             memory.swap_ticks += cost
             t += cost
         start = env.now
@@ -320,13 +322,14 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
         k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
-        if skip and not choice.preemptions and not recomputed and not choice.moved \
-                and not residents.redo and (not choice.starts or _starts_repeat(engine, plan)) \
+        if skip and not preemptions and not recomputed and not moved \
+                and not residents.redo and (not starts or _starts_repeat(engine, plan)) \
                 and not (swap and residents.swapped):
-            k, grow = repeats(engine, plan, t, decode + prefill, decode)
+            k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
+                              decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-        memory.allocate(start, residents.used_tokens, used, choice.preemptions, recomputed,
-                        choice.starts, t, k, decode + prefill, grow)
+        memory.allocate(start, residents.used_tokens, used, preemptions, recomputed, starts, t,
+                        k, decode + prefill, grow)
         if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)

@@ -323,8 +323,10 @@ class Engine:
                              "allowed: > 0 seconds")
         return t
 
-    def _repeats(self, plan, t: int) -> int:
-        """How many identical iterations the scheduler may run as one."""
+    def repeats(self, plan: Plan, t: int) -> int:
+        """How many identical iterations of ``plan`` (``t`` ticks each) the
+        scheduler may run as one: the residents' own bound (nobody changes
+        phase), cut where a free slot could admit an arrival and at the horizon."""
         env = self.env
         k = self.residents.repeats(plan)
         if k > 1 and self.pool.level >= 1:
@@ -335,11 +337,6 @@ class Engine:
         if k > 1 and self.until is not None:
             k = min(k, (self.until - now_ticks(env) - 1) // t)
         return max(k, 1)
-
-    def repeats(self, plan: Plan, t: int) -> int:
-        """How many identical iterations of a plan may run as one, for the KV
-        scheduler: 1 under a context model (its iterations differ)."""
-        return 1 if self.contexts else self._repeats(plan, t)
 
     #: Length of one iteration of a batch (with its plan: a context model sees it), in ticks.
     batch_ticks = _plan_ticks
@@ -384,7 +381,7 @@ class Engine:
                     times = None
             else:
                 t = self._batch_ticks(decode, prefill, requests)
-                k = self._repeats(plan, t) if self.skip_ahead else 1
+                k = self.repeats(plan, t) if self.skip_ahead else 1
                 times = None
             recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand,
                                times)
