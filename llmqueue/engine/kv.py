@@ -279,20 +279,23 @@ class KV:
     def need(self, r: Request, tokens: int, decode: bool, started: bool) -> int:
         """Blocks ``r`` must add to process ``tokens`` prefill tokens (or one
         decode token when ``decode``): what it will occupy after them, less
-        what it occupies now (nothing if not ``started``)."""
-        if self.admission == "lazy":
-            if self.block_size == 1:
-                return tokens  # a token of KV per token processed
-            after = r.vp + r.vd - r.prefill_left - r.decode_left + tokens
-        elif self.admission == "prompt":
-            after = r.vp + r.vd - r.decode_left + (1 if decode else 0)
-        else:
-            after = r.vp + r.vd if self.max_tokens is None else self.max_tokens
-        before = self.held_tokens(r) if started else 0
+        what it occupies now (nothing if not ``started``).  With ``B`` tokens a
+        block, ``x`` tokens occupy ``-(x // -B)`` blocks (:meth:`blocks_for`,
+        inline: this runs for every item of every batch choice)."""
         b = self.block_size
-        if b == 1:
-            return after - before
-        return ceil_div(after, b) - ceil_div(before, b)
+        if self.admission == "lazy":  # an unstarted request holds no KV: x = 0
+            if b == 1:
+                return tokens  # a token of KV per token processed
+            x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
+            return x // -b - (x + tokens) // -b
+        if self.admission == "prompt":  # the current prompt is reserved at the start
+            x = r.vp + r.vd - r.end_mark + r.clock[0]
+            if started:
+                return (x // -b - (x + 1) // -b) if decode else 0
+            return -((x + 1 if decode else x) // -b)
+        if started:  # peak: the whole reservation is taken at the start
+            return 0
+        return -((r.vp + r.vd if self.max_tokens is None else self.max_tokens) // -b)
 
 
 def is_started(r: Request) -> bool:

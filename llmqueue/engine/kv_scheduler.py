@@ -111,8 +111,7 @@ def choose_roomy(engine) -> Optional[Plan]:  # noqa: ANN001 - an Engine
     plan = engine.policy.plan(residents, engine.budget)
     if not plan.decode and not plan.prefill:
         return None
-    size, lazy = kv.block_size, kv.admission == "lazy"
-    one = size == 1 and lazy  # a block per token
+    one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token
     if one:
         blocks = len(plan.decode)
     elif len(plan.decode) == len(residents.decoding):
@@ -124,13 +123,7 @@ def choose_roomy(engine) -> Optional[Plan]:  # noqa: ANN001 - an Engine
     starts = []
     for r, n in plan.prefill:
         fresh = r.seq >= UNSTARTED
-        if one:
-            blocks += n
-        elif lazy:  # kv.need's lazy blocks, inline: ceil((x + n) / B) - ceil(x / B) at KV x
-            x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
-            blocks += x // -size - (x + n) // -size
-        else:
-            blocks += kv.need(r, n, False, not fresh)
+        blocks += n if one else kv.need(r, n, False, not fresh)
         if fresh:
             starts.append(r)
     if blocks > residents.free - (kv.reserve if starts else 0):
