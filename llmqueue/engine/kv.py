@@ -192,6 +192,7 @@ class KV:
         object.__setattr__(self, "tokens", blocks * self.block_size)
         object.__setattr__(self, "watermark_share", share)
         object.__setattr__(self, "reserve", math.floor(share * blocks))
+        object.__setattr__(self, "fit_tokens", (blocks - self.reserve) * self.block_size)
         self._check_swap()
         object.__setattr__(self, "swap_blocks", (self.swap_tokens or 0) // self.block_size)
         if self.max_tokens is not None:
@@ -201,10 +202,11 @@ class KV:
                                  f"max_tokens={self.max_tokens} with admission="
                                  f"{self.admission!r}: allowed: admission='peak' or "
                                  "max_tokens=None")
-            usable = (blocks - self.reserve) * self.block_size
-            if self.blocks_for(self.max_tokens) > blocks - self.reserve:
-                raise ValueError(f"max_tokens must fit the cache ({usable} tokens usable), "
-                                 f"else no request could ever start; got {self.max_tokens}")
+            if self.max_tokens > self.fit_tokens:
+                raise ValueError(f"max_tokens must fit the cache ({self.fit_tokens} tokens "
+                                 f"usable), else no request could ever start; got "
+                                 f"{self.max_tokens}")
+            object.__setattr__(self, "fit_tokens", self.max_tokens)
 
     def _check_swap(self) -> None:
         cost = self.swap_seconds_per_token
@@ -233,6 +235,9 @@ class KV:
     watermark_share: float = field(init=False, repr=False, compare=False)
     #: ``floor(watermark * N)``: blocks a new start must leave free.
     reserve: int = field(init=False, repr=False, compare=False)
+    #: The most tokens (``vp + vd``) a request may hold and ever fit: ``(N - reserve) * B``,
+    #: or ``max_tokens`` when that caps the reservation.
+    fit_tokens: int = field(init=False, repr=False, compare=False)
     #: ``swap_tokens // B``: blocks the swap pool holds (0 without swap).
     swap_blocks: int = field(init=False, repr=False, compare=False)
 
@@ -259,9 +264,7 @@ class KV:
         """Whether a request of ``vp + vd`` tokens can ever finish here (SPEC 7.1):
         ``ceil((vp + vd) / B) <= N - reserve``, and ``vp + vd <= max_tokens``
         when that caps the reservation."""
-        if self.max_tokens is not None and vp + vd > self.max_tokens:
-            return False
-        return self.blocks_for(vp + vd) <= self.blocks - self.reserve
+        return vp + vd <= self.fit_tokens
 
     def held_tokens(self, r: Request) -> int:
         """Tokens' worth of blocks started resident ``r`` occupies in this mode
