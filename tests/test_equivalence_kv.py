@@ -51,6 +51,16 @@ def compare(rows, policy, kv, **options):
     # counted at the choice, so a choice cut off by the horizon counts too
     assert s["preemptions"] == sum(r.memory.preemptions for r in ref.requests)
     assert s["ignored"] == sum(r.memory.ignored for r in ref.requests)
+    # counted when the iteration ends, as the reference's rows are
+    if ref.kv_log and not options.get("warmup"):
+        rows_preempting = sum(1 for row in ref.kv_log if row[2])
+        assert s["iterations_with_preemption"] == rows_preempting / len(ref.kv_log)
+        assert s["recomputed_tokens"] == sum(row[3] for row in ref.kv_log)
+    # a run without logs books its memory figures in closed form: the same figures
+    bare = q.simulate(q.from_list(rows), policy, kv=kv, **options).summary
+    keys = ("batches", "preemptions", "iterations_with_preemption", "recomputed_tokens",
+            "kv_mean", "kv_max", "kv_utilization", "memory_area_mean", "completed")
+    assert {k: bare[k] for k in keys} == {k: s[k] for k in keys}
     return ref
 
 

@@ -162,11 +162,18 @@ class MemoryRecorder:
         """Book the allocations and iteration ends of the current run up to ``now``."""
         one = self._one
         if one is not None:
+            if one[3] == 1:  # one iteration (most runs): booked when it ends
+                if now >= one[0]:
+                    self._one = None
+                    self.recomputed += one[9]
+                    if one[8]:
+                        self.preempted_iterations += 1
+                    if self.log is not None:
+                        self.log.append(KVBatch(one[4], one[5], one[8], one[9], one[10]))
+                return
             end, start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed, \
                 starts = one
-            if now < end and k == 1:
-                return
-            if now < end or (k > 1 and (self.log is not None or self.series is not None)):
+            if now < end or self.log is not None or self.series is not None:
                 # within the run (a warm-up restart), or rows to write: step by step
                 self._one = None
                 steps = dblocks if isinstance(dblocks, list) else None
@@ -178,23 +185,20 @@ class MemoryRecorder:
                 self.recomputed += recomputed
                 if preemptions:
                     self.preempted_iterations += 1
-                if k > 1:
-                    m = k - 1
-                    grown = m * (m - 1) // 2  # Σ j over 0 .. k-2
-                    self._tokens_area += t * (m * tokens + dtokens * grown)
-                    if isinstance(dblocks, list):
-                        self._blocks_area += t * (m * blocks + sum(dblocks[:m - 1]))
-                        top, last = (dblocks[m - 2] if m > 1 else 0), dblocks[m - 1]
-                    else:
-                        self._blocks_area += t * (m * blocks + dblocks * grown)
-                        top, last = (m - 1) * dblocks, m * dblocks
-                    self.tokens_max = max(self.tokens_max, tokens + (m - 1) * dtokens)
-                    self.blocks_max = max(self.blocks_max, blocks + top)
-                    self._t = start + m * t
-                    self.tokens = tokens + m * dtokens
-                    self.blocks = blocks + last
-                elif self.log is not None:
-                    self.log.append(KVBatch(tokens, blocks, preemptions, recomputed, starts))
+                m = k - 1
+                grown = m * (m - 1) // 2  # Σ j over 0 .. k-2
+                self._tokens_area += t * (m * tokens + dtokens * grown)
+                if isinstance(dblocks, list):
+                    self._blocks_area += t * (m * blocks + sum(dblocks[:m - 1]))
+                    top, last = (dblocks[m - 2] if m > 1 else 0), dblocks[m - 1]
+                else:
+                    self._blocks_area += t * (m * blocks + dblocks * grown)
+                    top, last = (m - 1) * dblocks, m * dblocks
+                self.tokens_max = max(self.tokens_max, tokens + (m - 1) * dtokens)
+                self.blocks_max = max(self.blocks_max, blocks + top)
+                self._t = start + m * t
+                self.tokens = tokens + m * dtokens
+                self.blocks = blocks + last
                 return
         run = self._run
         if run is None or now < run.due:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import bisect
 import itertools
+import operator
 from heapq import heapify
 from typing import List, Optional, Sequence, Tuple
 
@@ -196,19 +197,24 @@ class MemoryResidents(Residents):
         if k <= 1:
             return []
         b, m = self.kv.block_size, k - 1
+        chunks = plan.prefill if self.kv.admission == "lazy" else ()
+        base = 0  # -Σ ceil((x + n) / B) over the chunks: their blocks after the first iteration
+        for r, n in chunks:
+            base += (kv_tokens(r) + n) // -b
         if plan.decode:
             phase, s = self.phase, -(self.clock[0] + 1) % b
             # iteration i needs phase[-(c0 + i) % B]: the phase list read backwards from s
             cycle = phase[s::-1] + phase[:s:-1]  # type: ignore[index]
-            steps = list(itertools.accumulate(cycle[:m] if m <= b else
-                                              (cycle * (m // b + 1))[:m]))
+            needs = cycle[:m] if m <= b else (cycle * (m // b + 1))[:m]
+            needs[0] += base
+            steps = list(itertools.accumulate(needs))
         else:
-            steps = [0] * m
-        for r, n in plan.prefill if self.kv.admission == "lazy" else ():
+            steps = [base] * m
+        for r, n in chunks:  # + ceil((x + (i + 1) n) / B) in iteration i, in C loops
             held = kv_tokens(r)
-            base = (held + n) // -b  # -ceil((x + n) / B)
-            ends = range(held + 2 * n, held + (m + 1) * n + 1, n)  # x + (i + 1) n, i = 1 .. m
-            steps = [s - end // -b + base for s, end in zip(steps, ends)]
+            ends = range(held + 2 * n, held + (m + 1) * n + 1, n)
+            ceils = map(operator.floordiv, ends, itertools.repeat(-b))  # -ceil(end / B)
+            steps = list(map(operator.sub, steps, ceils))
         fit = bisect.bisect_right(steps, self.free)
         return steps if fit == len(steps) else steps[:fit]
 
@@ -291,15 +297,17 @@ class MemoryResidents(Residents):
             self.started_prefilling -= 1
             self.prefill_tokens -= r.prefill_left
 
-    def release(self, r: Request) -> None:
-        """Finished ``r`` gives back its KV."""
-        size = r.vp + r.vd  # what it holds at its end, in every admission mode ...
-        held = size if self.kv.max_tokens is None else self.kv.max_tokens  # ... but a cap
-        self.free += held if self.block_size == 1 else -(-held // self.block_size)
-        self.used_tokens -= size
-        self.total_tokens -= size
-        if r.memory.preemptions > r.memory.swaps:
-            self.scarred -= 1
+    def release(self, finished: Sequence[Request]) -> None:
+        """The ``finished`` residents give back their KV."""
+        kv, b = self.kv, self.block_size
+        for r in finished:
+            size = r.vp + r.vd  # what it holds at its end, in every admission mode ...
+            held = size if kv.max_tokens is None else kv.max_tokens  # ... but a cap
+            self.free += held if b == 1 else -(-held // b)
+            self.used_tokens -= size
+            self.total_tokens -= size
+            if r.memory.preemptions > r.memory.swaps:
+                self.scarred -= 1
 
     # -- one iteration ---------------------------------------------------
     def recompute(self, plan: Plan) -> Tuple[int, List[Tuple[Held, int]]]:

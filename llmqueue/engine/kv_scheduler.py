@@ -337,8 +337,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         recorder.commit(now)
         memory.commit(now)
         if finished:
-            for r in finished:
-                residents.release(r)
+            residents.release(finished)
             memory.level(now, residents.used_tokens, kv.blocks - residents.free)
         if check:
             check_state(residents, kv, None)
