@@ -190,17 +190,13 @@ class MemoryResidents(Residents):
     def block_steps(self, plan: Plan, k: int) -> List[int]:
         """Blocks that iterations 1, 2, ... of a run of ``plan`` (a full decode
         batch or none) add in all, as long as they fit the free blocks and at
-        most ``k - 1`` of them: with blocks of ``B`` tokens a decoder needs a
+        most ``k - 1 >= 1`` of them: with blocks of ``B`` tokens a decoder needs a
         block when its KV is a multiple of ``B`` (:attr:`phase` against the
         clock: the needs repeat every ``B`` iterations); a ``lazy`` chunk of
         ``n`` at KV ``x`` has added ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)``."""
-        if k <= 1:
-            return []
         b, m = self.kv.block_size, k - 1
         chunks = plan.prefill if self.kv.admission == "lazy" else ()
-        base = 0  # -Σ ceil((x + n) / B) over the chunks: their blocks after the first iteration
-        for r, n in chunks:
-            base += (kv_tokens(r) + n) // -b
+        base = sum((kv_tokens(r) + n) // -b for r, n in chunks)  # -Σ ceil((x + n) / B)
         if plan.decode:
             phase, s = self.phase, -(self.clock[0] + 1) % b
             # iteration i needs phase[-(c0 + i) % B]: the phase list read backwards from s
