@@ -17,8 +17,10 @@ same tokens and blocks at the start of each: :meth:`MemoryRecorder.allocate`
 announces it and :meth:`MemoryRecorder.commit` books, in closed form, the
 allocations and iteration ends that happened by a given time (the scheduler
 calls it when the run ends, a warm-up restart in the middle of one), so every
-figure is what stepping one iteration at a time would give.  Arrivals never
-change the KV in use, so they need no commit.
+figure is what stepping one iteration at a time would give: an ended run at
+once (most runs), or, when the run is cut by a restart or a batch or
+time-series log wants its rows, step by step through a ``_Run``.  Arrivals
+never change the KV in use, so they need no commit.
 """
 
 from __future__ import annotations
