@@ -50,8 +50,7 @@ class KVBatch(NamedTuple):
 @dataclass(slots=True)
 class _Run:
     """``k`` iterations of ``t`` ticks from ``start``; the ``j``-th allocates up
-    to ``tokens + j * dtokens`` tokens and ``blocks + j * dblocks`` blocks, or
-    ``blocks + steps[j - 1]`` when the blocks grow unevenly (``steps``)."""
+    to ``tokens + j * dtokens`` tokens and :func:`_blocks_at` blocks."""
 
     start: int
     t: int
@@ -59,7 +58,7 @@ class _Run:
     tokens: int
     blocks: int
     dtokens: int
-    dblocks: int
+    dblocks: Union[int, List[int]]
     preemptions: int
     recomputed: int
     starts: int
@@ -67,13 +66,15 @@ class _Run:
     done: int = 0
     due: int = 0
     """The time of the next allocation or iteration end to book."""
-    steps: Optional[List[int]] = None
 
-    def blocks_at(self, j: int) -> int:
-        """Blocks held after the ``j``-th allocation."""
-        if self.steps is None:
-            return self.blocks + j * self.dblocks
-        return self.blocks + (self.steps[j - 1] if j else 0)
+
+def _blocks_at(blocks: int, dblocks: Union[int, List[int]], j: int) -> int:
+    """Blocks held after the ``j``-th allocation of a run whose first holds
+    ``blocks`` and each further one ``dblocks`` more, or, when the blocks grow
+    unevenly, the ``j``-th ``dblocks[j - 1]`` more than the first."""
+    if isinstance(dblocks, list):
+        return blocks + (dblocks[j - 1] if j else 0)
+    return blocks + j * dblocks
 
 
 class MemoryRecorder:
@@ -175,32 +176,16 @@ class MemoryRecorder:
                 return
             end, start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed, \
                 starts = one
-            if now < end or self.log is not None or self.series is not None:
-                # within the run (a warm-up restart), or rows to write: step by step
-                self._one = None
-                steps = dblocks if isinstance(dblocks, list) else None
-                self._run = _Run(start, t, k, tokens, blocks, dtokens,
-                                 0 if steps is not None else dblocks,
-                                 preemptions, recomputed, starts, due=start + t, steps=steps)
-            else:  # the whole run at once (most runs): allocations 0 .. k-2 held t each
-                self._one = None
+            self._one = None
+            if now < end or self.log is not None:
+                # within the run (a warm-up restart), or batch-log rows: step by step
+                self._run = _Run(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
+                                 recomputed, starts, due=start + t)
+            else:  # the whole run at once (most runs)
                 self.recomputed += recomputed
                 if preemptions:
                     self.preempted_iterations += 1
-                m = k - 1
-                grown = m * (m - 1) // 2  # Σ j over 0 .. k-2
-                self._tokens_area += t * (m * tokens + dtokens * grown)
-                if isinstance(dblocks, list):
-                    self._blocks_area += t * (m * blocks + sum(dblocks[:m - 1]))
-                    top, last = (dblocks[m - 2] if m > 1 else 0), dblocks[m - 1]
-                else:
-                    self._blocks_area += t * (m * blocks + dblocks * grown)
-                    top, last = (m - 1) * dblocks, m * dblocks
-                self.tokens_max = max(self.tokens_max, tokens + (m - 1) * dtokens)
-                self.blocks_max = max(self.blocks_max, blocks + top)
-                self._t = start + m * t
-                self.tokens = tokens + m * dtokens
-                self.blocks = blocks + last
+                self._book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
                 return
         run = self._run
         if run is None or now < run.due:
@@ -209,25 +194,7 @@ class MemoryRecorder:
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
         first = run.allocated
         if last >= first:
-            self.level(start + first * t, self.tokens, self.blocks, False)
-            count = last - first  # allocations held for a whole iteration
-            if count:
-                js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
-                self._tokens_area += t * (count * run.tokens + run.dtokens * js)
-                if run.steps is None:
-                    self._blocks_area += t * (count * run.blocks + run.dblocks * js)
-                else:
-                    self._blocks_area += t * (count * run.blocks
-                                              + sum(run.steps[first - 1:last - 1]))
-                top = last - 1  # levels never fall within a run
-                self.tokens_max = max(self.tokens_max, run.tokens + top * run.dtokens)
-                self.blocks_max = max(self.blocks_max, run.blocks_at(top))
-            if self.series is not None:
-                for j in range(first, last):
-                    self.series.append((start + j * t, run.tokens + j * run.dtokens,
-                                        run.blocks_at(j)))
-            self._t = start + last * t
-            self.level(self._t, run.tokens + last * run.dtokens, run.blocks_at(last))
+            self._book(start, t, first, last, run.tokens, run.dtokens, run.blocks, run.dblocks)
             run.allocated = last + 1
         done = min(run.k, (now - start) // t)
         if done > run.done:
@@ -238,12 +205,37 @@ class MemoryRecorder:
             if self.log is not None:
                 self.log.extend(KVBatch(run.tokens, run.blocks, run.preemptions,
                                         run.recomputed, run.starts) if j == 0 else
-                                KVBatch(run.tokens + j * run.dtokens, run.blocks_at(j), 0, 0, 0)
+                                KVBatch(run.tokens + j * run.dtokens,
+                                        _blocks_at(run.blocks, run.dblocks, j), 0, 0, 0)
                                 for j in range(run.done, done))
             run.done = done
             if done == run.k:
                 self._run = None
         run.due = start + min(run.allocated, run.done + 1) * t
+
+    def _book(self, start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
+              blocks: int, dblocks: Union[int, List[int]]) -> None:
+        """Book allocations ``first - 1`` .. ``last - 1`` of a run from ``start``
+        (of ``tokens`` / ``blocks`` growing by ``dtokens`` / ``dblocks``), each
+        held until the next, and make allocation ``last`` the level."""
+        self.level(start + first * t, self.tokens, self.blocks, False)
+        count = last - first  # allocations held for a whole iteration
+        if count:
+            js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
+            self._tokens_area += t * (count * tokens + dtokens * js)
+            if isinstance(dblocks, list):
+                self._blocks_area += t * (count * blocks + sum(dblocks[first - 1:last - 1]))
+            else:
+                self._blocks_area += t * (count * blocks + dblocks * js)
+            top = last - 1  # levels never fall within a run
+            self.tokens_max = max(self.tokens_max, tokens + top * dtokens)
+            self.blocks_max = max(self.blocks_max, _blocks_at(blocks, dblocks, top))
+        if self.series is not None:
+            for j in range(first, last):
+                self.series.append((start + j * t, tokens + j * dtokens,
+                                    _blocks_at(blocks, dblocks, j)))
+        self._t = start + last * t
+        self.level(self._t, tokens + last * dtokens, _blocks_at(blocks, dblocks, last))
 
     def finished(self, area: int) -> None:
         """A request finished having held ``area`` token-iterations of KV."""
