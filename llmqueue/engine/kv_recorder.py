@@ -98,7 +98,9 @@ class MemoryRecorder:
         self.area_count = 0
         self._swaps()
         self._run: Optional[_Run] = None
-        #: the current run, as :meth:`allocate` announced it (``_run`` once booked in part)
+        #: the current run, as :meth:`allocate` announced it (``_run`` once booked in part):
+        #: (end, start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed,
+        #: starts), a plain tuple (a named one costs a call per iteration)
         self._one: Optional[tuple] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
