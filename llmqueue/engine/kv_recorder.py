@@ -85,7 +85,6 @@ class MemoryRecorder:
         self.tokens = 0
         self.blocks = 0
         self.tokens_max = 0
-        self.blocks_max = 0
         self._t = 0
         self._origin = 0
         self._tokens_area = 0
@@ -115,8 +114,6 @@ class MemoryRecorder:
             self._t = now
             if self.tokens > self.tokens_max:
                 self.tokens_max = self.tokens
-            if self.blocks > self.blocks_max:
-                self.blocks_max = self.blocks
         self.tokens = tokens
         self.blocks = blocks
         series = self.series
@@ -219,30 +216,36 @@ class MemoryRecorder:
               blocks: int, dblocks: Union[int, List[int]]) -> None:
         """Book allocations ``first - 1`` .. ``last - 1`` of a run from ``start``
         (of ``tokens`` / ``blocks`` growing by ``dtokens`` / ``dblocks``), each
-        held until the next, and make allocation ``last`` the level."""
-        self.level(start + first * t, self.tokens, self.blocks, False)
+        held until the next, and make allocation ``last`` the level: the
+        current level, allocation ``first - 1``, is held from the last change
+        to ``start + first * t``, the next ``last - first`` for ``t`` each
+        (:meth:`level` once for all of them, in closed form)."""
+        span = start + first * t - self._t
         count = last - first  # allocations held for a whole iteration
-        if count:
-            js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
-            self._tokens_area += t * (count * tokens + dtokens * js)
-            if isinstance(dblocks, list):
-                self._blocks_area += t * (count * blocks + sum(dblocks[first - 1:last - 1]))
-            else:
-                self._blocks_area += t * (count * blocks + dblocks * js)
-            top = last - 1  # levels never fall within a run
-            self.tokens_max = max(self.tokens_max, tokens + top * dtokens)
-            self.blocks_max = max(self.blocks_max, _blocks_at(blocks, dblocks, top))
+        js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
+        if isinstance(dblocks, list):
+            grown, final = sum(dblocks[first - 1:last - 1]), blocks + dblocks[last - 1]
+        else:
+            grown, final = dblocks * js, blocks + last * dblocks
+        self._tokens_area += self.tokens * span + t * (count * tokens + dtokens * js)
+        self._blocks_area += self.blocks * span + t * (count * blocks + grown)
+        top = tokens + (last - 1) * dtokens  # levels never fall within a run
+        if top > self.tokens_max:
+            self.tokens_max = top
         if self.series is not None:
-            for j in range(first, last):
-                self.series.append((start + j * t, tokens + j * dtokens,
-                                    _blocks_at(blocks, dblocks, j)))
+            self.series.extend((start + j * t, tokens + j * dtokens,
+                                _blocks_at(blocks, dblocks, j)) for j in range(first, last + 1))
         self._t = start + last * t
-        self.level(self._t, tokens + last * dtokens, _blocks_at(blocks, dblocks, last))
+        self.tokens = tokens + last * dtokens
+        self.blocks = final
 
-    def finished(self, area: int) -> None:
-        """A request finished having held ``area`` token-iterations of KV."""
-        self.area_sum += area
-        self.area_count += 1
+    def released(self, now: int, tokens: int, blocks: int, count: int, areas: int) -> None:
+        """``count`` requests finished at ``now``, having held ``areas``
+        token-iterations of KV in all, and the KV in use fell to ``tokens``
+        tokens in ``blocks`` blocks."""
+        self.level(now, tokens, blocks)
+        self.area_sum += areas
+        self.area_count += count
 
     def restart(self, now: int) -> None:
         """Forget everything before ``now`` but the levels (warm-up deletion)."""
@@ -250,7 +253,7 @@ class MemoryRecorder:
         self.level(now, self.tokens, self.blocks, False)
         self._origin = now
         self._tokens_area = self._blocks_area = 0
-        self.tokens_max = self.blocks_max = 0
+        self.tokens_max = 0
         self.preemptions = self.preempted_iterations = self.recomputed = self.ignored = 0
         self.area_sum = self.area_count = 0
         self._swaps()

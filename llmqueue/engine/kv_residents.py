@@ -195,8 +195,12 @@ class MemoryResidents(Residents):
         clock: the needs repeat every ``B`` iterations); a ``lazy`` chunk of
         ``n`` at KV ``x`` has added ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)``."""
         b, m = self.kv.block_size, k - 1
-        chunks = plan.prefill if self.kv.admission == "lazy" else ()
-        base = sum((kv_tokens(r) + n) // -b for r, n in chunks)  # -Σ ceil((x + n) / B)
+        base, ends = 0, []
+        if self.kv.admission == "lazy":
+            for r, n in plan.prefill:  # KV x after the first iteration
+                x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] + n
+                base += x // -b  # -ceil(x / B)
+                ends.append(range(x + n, x + m * n + 1, n))
         if plan.decode:
             phase, s = self.phase, -(self.clock[0] + 1) % b
             # iteration i needs phase[-(c0 + i) % B]: the phase list read backwards from s
@@ -206,11 +210,9 @@ class MemoryResidents(Residents):
             steps = list(itertools.accumulate(needs))
         else:
             steps = [base] * m
-        for r, n in chunks:  # + ceil((x + (i + 1) n) / B) in iteration i, in C loops
-            held = kv_tokens(r)
-            ends = range(held + 2 * n, held + (m + 1) * n + 1, n)
-            ceils = map(operator.floordiv, ends, itertools.repeat(-b))  # -ceil(end / B)
-            steps = list(map(operator.sub, steps, ceils))
+        for chunk in ends:  # + ceil((x + i n) / B) in iteration i, in C loops
+            steps = list(map(operator.sub, steps, map(operator.floordiv, chunk,
+                                                      itertools.repeat(-b))))
         fit = bisect.bisect_right(steps, self.free)
         return steps if fit == len(steps) else steps[:fit]
 
@@ -293,17 +295,26 @@ class MemoryResidents(Residents):
             self.started_prefilling -= 1
             self.prefill_tokens -= r.prefill_left
 
-    def release(self, finished: Sequence[Request]) -> None:
-        """The ``finished`` residents give back their KV."""
+    def release(self, finished: Sequence[Request]) -> int:
+        """The ``finished`` residents (of the iterations just applied) give back
+        their KV; return the sum of their memory areas, now booked in full."""
         kv, b = self.kv, self.block_size
+        n, cs, phase = self.iterations, self._clock_sum, self.phase
+        areas = 0
         for r in finished:
+            self._settle(r, n, cs)
+            rec = r.memory
+            areas += rec.area
+            if phase is not None:
+                self._phase_remove(r)
             size = r.vp + r.vd  # what it holds at its end, in every admission mode ...
             held = size if kv.max_tokens is None else kv.max_tokens  # ... but a cap
             self.free += held if b == 1 else -(-held // b)
             self.used_tokens -= size
             self.total_tokens -= size
-            if r.memory.preemptions > r.memory.swaps:
+            if rec.preemptions > rec.swaps:
                 self.scarred -= 1
+        return areas
 
     # -- one iteration ---------------------------------------------------
     def recompute(self, plan: Plan) -> Tuple[int, List[Tuple[Held, int]]]:
@@ -361,15 +372,9 @@ class MemoryResidents(Residents):
             rec.area += x * (n - rec.n0) + tokens * grown
             rec.n0 = n
             rec.cs0 = cs
-        if full:
-            for r in finished:
-                self._settle(r, n, cs)
-                if self.phase is not None:
-                    self._phase_remove(r)
-        elif decode and self.phase is not None:
-            for r in decode:
-                if r.finished is None:
-                    self._phase_add(r)
+        if decode and not full and self.phase is not None:
+            for r in decode:  # finishers too: :meth:`release` takes them out
+                self._phase_add(r)
         if self.redo:
             for r in list(self.redo.values()):
                 if r.finished is not None or kv_tokens(r) >= r.memory.high:

@@ -219,7 +219,8 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN0
     """How many of the ``k`` iterations of ``plan`` that the engine's own
     skip-ahead allows (:meth:`Engine.repeats`) may run as one under memory, and
     the blocks each after the first adds: a number, or with blocks of ``B > 1``
-    tokens the running total after each further iteration.
+    tokens the running total after each further iteration.  The residents
+    take the KV tokens and blocks of those further iterations at once.
 
     Called only when this choice preempted and recomputed nothing and started
     only prompts that the next choices walk in the same place (``_starts_repeat``):
@@ -233,18 +234,27 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN0
     that was not tried is still not tried.
     """
     kv, residents = engine.kv, engine.residents
-    if k == 1 or kv.admission == "peak":
-        return k, 0
-    if kv.block_size > 1:
+    if k == 1:
+        return 1, 0
+    grow: Union[int, List[int]] = 0
+    if kv.admission == "peak":
+        added = 0
+    elif kv.block_size > 1:
         if plan.decode and len(plan.decode) != len(residents.decoding):
             return 1, 0  # a partial decode batch: its decoders' blocks are not counted
         if not plan.decode and kv.admission != "lazy":
-            return k, 0  # a prompt step under ``prompt`` admission reserved its blocks
-        steps = residents.block_steps(plan, k)
-        return 1 + len(steps), steps
-    grow = tokens if kv.admission == "lazy" else decoders
-    if grow:
-        k = min(k, 1 + residents.free // grow)
+            added = 0  # a prompt step under ``prompt`` admission reserved its blocks
+        else:
+            grow = residents.block_steps(plan, k)
+            k = 1 + len(grow)
+            added = grow[-1] if grow else 0
+    else:
+        grow = tokens if kv.admission == "lazy" else decoders
+        if grow:
+            k = min(k, 1 + residents.free // grow)
+        added = (k - 1) * grow
+    residents.free -= added
+    residents.used_tokens += (k - 1) * tokens
     return k, grow
 
 
@@ -295,7 +305,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         for _, tokens in plan.prefill:
             prefill += tokens
         requests = decode + len(plan.prefill)
-        residents.used_tokens += decode + prefill
+        residents.used_tokens = held = residents.used_tokens + decode + prefill
         t = ticks(decode, prefill, requests) if ticks else engine.batch_ticks(
             decode, prefill, requests, plan)
         if moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
@@ -321,8 +331,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
                               decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-        memory.allocate(start, residents.used_tokens, used, preemptions, recomputed, starts, t,
-                        k, decode + prefill, grow)
+        memory.allocate(start, held, used, preemptions, recomputed, starts, t, k,
+                        decode + prefill, grow)
         if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)
@@ -330,18 +340,15 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             for rec, over in shares:
                 rec.recomputed += over
         prefilled, finished = residents.apply(plan, k, start, t)
-        if k > 1:  # the allocations of the iterations after the first
-            residents.used_tokens += (k - 1) * (decode + prefill)
-            residents.free -= grow[-1] if isinstance(grow, list) else (k - 1) * grow
         now = env.now
         recorder.commit(now)
         memory.commit(now)
         if finished:
-            residents.release(finished)
-            memory.level(now, residents.used_tokens, kv.blocks - residents.free)
+            areas = residents.release(finished)
+            memory.released(now, residents.used_tokens, kv.blocks - residents.free,
+                            len(finished), areas)
         if check:
             check_state(residents, kv, None)
         for r in finished:
-            memory.finished(r.memory.area)
             recorder.finish(now, r)
         engine.wake(now, prefilled, finished)
