@@ -245,14 +245,16 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN0
         if not plan.decode and kv.admission != "lazy":
             added = 0  # a prompt step under ``prompt`` admission reserved its blocks
         else:
-            grow = residents.block_steps(plan, k)
-            k = 1 + len(grow)
-            added = grow[-1] if grow else 0
+            steps = residents.block_steps(plan, k)
+            k = 1 + len(steps)
+            added = steps[-1] if steps else 0
+            grow = steps
     else:
-        grow = tokens if kv.admission == "lazy" else decoders
-        if grow:
-            k = min(k, 1 + residents.free // grow)
-        added = (k - 1) * grow
+        each = tokens if kv.admission == "lazy" else decoders
+        if each:
+            k = min(k, 1 + residents.free // each)
+        added = (k - 1) * each
+        grow = each
     residents.free -= added
     residents.used_tokens += (k - 1) * tokens
     return k, grow
