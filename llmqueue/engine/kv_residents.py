@@ -12,9 +12,10 @@ with what memory adds, still touching only the residents that change:
 * **blocks.**  :attr:`free` blocks and :attr:`used_tokens` (the KV actually
   held).  A started decoder's KV is ``vp + vd - end_mark + clock``, so it
   grows with the shared decode clock and is never stored; with blocks of
-  ``B > 1`` tokens, decoders are counted by ``(vp + vd - end_mark) mod B``
-  (:attr:`phase`), and the blocks a full decode batch needs are the decoders
-  whose KV is a multiple of ``B``: one lookup, no walk.
+  ``B > 1`` tokens, decoders are counted by ``(end_mark - vp - vd) mod B``
+  (:attr:`due`), the clock value mod ``B`` at which their KV is a multiple
+  of ``B``, so the blocks a full decode batch needs at clock ``c`` are
+  ``due[c mod B]``: one lookup, no walk.
 * **memory area** (Σ over iterations of a resident's KV after allocation):
   with ``C_n`` the sum of the clock over the first ``n`` iterations, a decoder
   on the clock adds ``(vp + vd - end_mark) Δn + ΔC`` between two touches, any
@@ -67,7 +68,8 @@ class Held:
     cs0: int = 0
     """The decode clocks' running sum at ``n0`` (for the area of a served decoder)."""
     first_prefill: Optional[int] = None
-    """When its first incarnation's prefill ended (ns); kept across preemptions."""
+    """When its first incarnation's prefill ended (ns), noted at its first
+    preemption if it had ended by then; its prefill end ever after."""
     ignored: bool = False
     """Rejected on arrival: it could never fit (SPEC 7.1)."""
     swaps: int = 0
@@ -95,7 +97,9 @@ class MemoryResidents(Residents):
         self._clock_sum = 0
         self._next_start = 0
         self._front = PREEMPTED
-        self.phase: Optional[List[int]] = [0] * kv.block_size if kv.block_size > 1 else None
+        self.due: Optional[List[int]] = [0] * kv.block_size if kv.block_size > 1 else None
+        """With blocks of ``B > 1`` tokens: ``due[j]`` started decoders take a new
+        block in a full decode step at a clock ``c`` with ``c mod B = j``."""
         self.scarred = 0
         """Residents that were preempted at least once (only they recompute)."""
         self.redo: dict = {}
@@ -133,20 +137,20 @@ class MemoryResidents(Residents):
         if r.first_token is None:  # one that decoded before a preemption keeps its first token
             self._fresh.append(r)
         if r.seq < UNSTARTED:
-            if self.phase is not None:
-                self._phase_add(r)
+            if self.due is not None:
+                self._due_add(r)
             rec = r.memory
             if rec.high and r.vp + r.vd - r.prefill_left - r.decode_left < rec.high:
                 rec.redo = True
                 self.redo[id(r)] = r
 
-    def _phase_add(self, r: Request) -> None:
-        if self.phase is not None:
-            self.phase[(r.vp + r.vd - r.end_mark) % self.kv.block_size] += 1
+    def _due_add(self, r: Request) -> None:
+        if self.due is not None:
+            self.due[(r.end_mark - r.vp - r.vd) % self.kv.block_size] += 1
 
-    def _phase_remove(self, r: Request) -> None:
-        if self.phase is not None:
-            self.phase[(r.vp + r.vd - r.end_mark) % self.kv.block_size] -= 1
+    def _due_remove(self, r: Request) -> None:
+        if self.due is not None:
+            self.due[(r.end_mark - r.vp - r.vd) % self.kv.block_size] -= 1
 
     # -- what the gate reads --------------------------------------------
     def view(self, cap: Optional[int] = None, started_only: bool = False
@@ -183,15 +187,15 @@ class MemoryResidents(Residents):
         """Blocks a decode token for every started decoder needs now."""
         if self.kv.admission == "peak":
             return 0
-        if self.phase is None:
+        if self.due is None:
             return len(self.decoding) - self.unstarted_decoders
-        return self.phase[-self.clock[0] % self.kv.block_size]
+        return self.due[self.clock[0] % self.kv.block_size]
 
     def block_steps(self, plan: Plan, k: int) -> List[int]:
         """Blocks that iterations 1, 2, ... of a run of ``plan`` (a full decode
         batch or none) add in all, as long as they fit the free blocks and at
         most ``k - 1 >= 1`` of them: with blocks of ``B`` tokens a decoder needs a
-        block when its KV is a multiple of ``B`` (:attr:`phase` against the
+        block when its KV is a multiple of ``B`` (:attr:`due` against the
         clock: the needs repeat every ``B`` iterations); a ``lazy`` chunk of
         ``n`` at KV ``x`` has added ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)``."""
         b, m = self.kv.block_size, k - 1
@@ -202,10 +206,12 @@ class MemoryResidents(Residents):
                 base += x // -b  # -ceil(x / B)
                 ends.append(range(x + n, x + m * n + 1, n))
         if plan.decode:
-            phase, s = self.phase, -(self.clock[0] + 1) % b
-            # iteration i needs phase[-(c0 + i) % B]: the phase list read backwards from s
-            cycle = phase[s::-1] + phase[:s:-1]  # type: ignore[index]
-            needs = cycle[:m] if m <= b else (cycle * (m // b + 1))[:m]
+            due, a = self.due, (self.clock[0] + 1) % b  # iteration i needs due[(c0 + i) % B]
+            if a + m <= b:
+                needs = due[a:a + m]  # type: ignore[index]
+            else:
+                cycle = due[a:] + due[:a]  # type: ignore[index]
+                needs = cycle[:m] if m <= b else (cycle * (m // b + 1))[:m]
             needs[0] += base
             steps = list(itertools.accumulate(needs))
         else:
@@ -231,7 +237,7 @@ class MemoryResidents(Residents):
             self.unstarted_decoders -= 1
             self.decoding.remove(r)
             bisect.insort(self.decoding, r, key=_seq)
-            self._phase_add(r)
+            self._due_add(r)
             if r.memory.redo:
                 self.redo[id(r)] = r
 
@@ -252,7 +258,7 @@ class MemoryResidents(Residents):
             self.scarred += 1
         rec.high = max(rec.high, held)
         rec.preemptions += 1
-        if rec.first_prefill is None:  # a prompt-less request's prefill ended on admission
+        if rec.first_prefill is None:  # None if its first prefill had not ended
             rec.first_prefill = r.prefill_done
         self._detach(r)
         left = r.decode_left
@@ -285,7 +291,7 @@ class MemoryResidents(Residents):
         if r.prefill_left == 0:
             self._leave_decoders(r)
             self.decoding.remove(r)
-            self._phase_remove(r)
+            self._due_remove(r)
             self._heap = [e for e in self._heap if e[2] is not r]
             heapify(self._heap)
             if r in self._fresh:
@@ -299,14 +305,14 @@ class MemoryResidents(Residents):
         """The ``finished`` residents (of the iterations just applied) give back
         their KV; return the sum of their memory areas, now booked in full."""
         kv, b = self.kv, self.block_size
-        n, cs, phase = self.iterations, self._clock_sum, self.phase
+        n, cs, due = self.iterations, self._clock_sum, self.due
         areas = 0
         for r in finished:
             self._settle(r, n, cs)
             rec = r.memory
             areas += rec.area
-            if phase is not None:
-                self._phase_remove(r)
+            if due is not None:
+                self._due_remove(r)
             size = r.vp + r.vd  # what it holds at its end, in every admission mode ...
             held = size if kv.max_tokens is None else kv.max_tokens  # ... but a cap
             self.free += held if b == 1 else -(-held // b)
@@ -352,9 +358,9 @@ class MemoryResidents(Residents):
         if decode and not full:
             touched = list(touched)
             touched.extend((r, 1) for r in decode)
-            if self.phase is not None:
+            if self.due is not None:
                 for r in decode:
-                    self._phase_remove(r)
+                    self._due_remove(r)
             for r in decode:  # book their areas so far: they leave the clock's sums
                 self._settle(r, n, cs)
         clock = self.clock
@@ -372,20 +378,19 @@ class MemoryResidents(Residents):
             rec.area += x * (n - rec.n0) + tokens * grown
             rec.n0 = n
             rec.cs0 = cs
-        if decode and not full and self.phase is not None:
+        if decode and not full and self.due is not None:
             for r in decode:  # finishers too: :meth:`release` takes them out
-                self._phase_add(r)
+                self._due_add(r)
         if self.redo:
             for r in list(self.redo.values()):
                 if r.finished is not None or kv_tokens(r) >= r.memory.high:
                     r.memory.redo = False
                     del self.redo[id(r)]
-        for r in prefilled:  # its first prefill end stays its prefill end
-            rec = r.memory
-            if rec.first_prefill is None:
-                rec.first_prefill = r.prefill_done
-            else:
-                r.prefill_done = rec.first_prefill
+        if self.scarred:  # a re-prefill after a preemption: its first prefill end stays
+            for r in prefilled:
+                first = r.memory.first_prefill
+                if first is not None:
+                    r.prefill_done = first
         return prefilled, finished
 
     def book_areas(self) -> None:

@@ -96,14 +96,17 @@ def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
             and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
 
 
-def choose_roomy(engine) -> Optional[Plan]:  # noqa: ANN001 - an Engine
+def choose_roomy(engine, one: bool) -> Optional[Plan]:  # noqa: ANN001 - an Engine
     """The choice when memory does not bind it: the policy's own batch under
     ``bmax``, when its items' blocks fit the free blocks (less the watermark's
     reserve if it starts anyone) and every decoder holds KV already.
     Then the gate would accept that batch as it is (pass 1 takes the started
     residents' items in order, pass 2 the new starts after them, both charged
     in the order the policy charges them, and no step runs short of blocks),
-    so the new starts are its items that hold no KV yet (``engine.last_starts``).
+    so the new starts are its items that hold no KV yet (``engine.last_starts``),
+    the last of its prefill items (the policy walks the started residents
+    first), which the next choices walk in the same place (``_starts_repeat``).
+    ``one``: a block per token processed (blocks of one token, ``lazy``).
     ``tests/test_kv_skip.py`` checks that this gives the gate's figures.
     ``None`` (left to :func:`choose`, which knows preemption, the fallback and
     the stalls) when the batch is empty or its blocks do not fit."""
@@ -111,7 +114,6 @@ def choose_roomy(engine) -> Optional[Plan]:  # noqa: ANN001 - an Engine
     plan = engine.policy.plan(residents, engine.budget)
     if not plan.decode and not plan.prefill:
         return None
-    one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token
     if one:
         blocks = len(plan.decode)
     elif len(plan.decode) == len(residents.decoding):
@@ -269,6 +271,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     swap = isinstance(residents, SwapResidents)
     drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     fast, budget = roomy(engine), engine.budget
+    one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token processed
     stale = 0  # tokens processed since the last iteration with a fresh token
     ticks = None if engine.contexts else engine._batch_ticks  # a context model sees the plan
     while True:
@@ -288,10 +291,12 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         residents.settle()
         plan: Optional[Plan] = None
         if fast and residents.free >= budget and not residents.unstarted_decoders:
-            plan = choose_roomy(engine)
+            plan = choose_roomy(engine, one)
         if plan is not None:
             preemptions = moved = 0
             starts = len(engine.last_starts)
+            # its new starts close the plan: a built-in policy walks the started first
+            steady = True
         else:
             choice = choose(engine, swap, drains)
             if choice is None:
@@ -301,6 +306,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                 yield from engine.sleep()
                 continue
             plan, preemptions, starts, moved = choice
+            steady = (not preemptions and not moved and not (swap and residents.swapped)
+                      and (not starts or _starts_repeat(engine, plan)))
         used = kv.blocks - residents.free
         decode = len(plan.decode)
         prefill = 0
@@ -327,9 +334,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
         k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
-        if skip and not preemptions and not recomputed and not moved \
-                and not residents.redo and (not starts or _starts_repeat(engine, plan)) \
-                and not (swap and residents.swapped):
+        if skip and steady and not recomputed and not residents.redo:
             k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
                               decode + prefill, decode)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
