@@ -28,8 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
-from llmqueue.common.units import to_seconds
+from llmqueue.common.units import UNLIMITED, to_seconds
 from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_blocks import Growth
 
 
 class KVBatch(NamedTuple):
@@ -103,6 +104,14 @@ class MemoryRecorder:
         self._one: Optional[tuple] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
+        self.listed_before = UNLIMITED if batches or timeseries else 0
+        """A run that starts before this time (ns) may be booked step by step,
+        so the blocks of its iterations come as a list, never in closed form."""
+
+    def cut_at(self, at: int) -> None:
+        """A warm-up restart will come at ``at``: a run that starts by then may
+        be cut by it, and booked step by step."""
+        self.listed_before = max(self.listed_before, at + 1)
 
     def level(self, now: int, tokens: int, blocks: int, mark: bool = True) -> None:
         """KV in use changes to ``tokens`` tokens in ``blocks`` blocks at ``now``
@@ -149,7 +158,7 @@ class MemoryRecorder:
 
     def allocate(self, now: int, tokens: int, blocks: int, preemptions: int, recomputed: int,
                  starts: int, t: int, k: int = 1, dtokens: int = 0,
-                 dblocks: Union[int, List[int]] = 0) -> None:
+                 dblocks: Growth = 0) -> None:
         """``k`` iterations of ``t`` ticks start at ``now``: the first holds
         ``tokens`` / ``blocks`` after its allocation, and its choice preempted
         ``preemptions`` residents and started ``starts``, and it recomputes
@@ -178,6 +187,7 @@ class MemoryRecorder:
             self._one = None
             if now < end or self.log is not None:
                 # within the run (a warm-up restart), or batch-log rows: step by step
+                assert not isinstance(dblocks, tuple), "a run cut or logged gets a list"
                 self._run = _Run(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
                                  recomputed, starts, due=start + t)
             else:  # the whole run at once (most runs)
@@ -213,7 +223,7 @@ class MemoryRecorder:
         run.due = start + min(run.allocated, run.done + 1) * t
 
     def _book(self, start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
-              blocks: int, dblocks: Union[int, List[int]]) -> None:
+              blocks: int, dblocks: Growth) -> None:
         """Book allocations ``first - 1`` .. ``last - 1`` of a run from ``start``
         (of ``tokens`` / ``blocks`` growing by ``dtokens`` / ``dblocks``), each
         held until the next, and make allocation ``last`` the level: the
@@ -225,6 +235,8 @@ class MemoryRecorder:
         js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
         if isinstance(dblocks, list):
             grown, final = sum(dblocks[first - 1:last - 1]), blocks + dblocks[last - 1]
+        elif isinstance(dblocks, tuple):  # a whole run's sum and total (kv_blocks.block_growth)
+            grown, final = dblocks[0], blocks + dblocks[1]
         else:
             grown, final = dblocks * js, blocks + last * dblocks
         self._tokens_area += self.tokens * span + t * (count * tokens + dtokens * js)
@@ -232,9 +244,11 @@ class MemoryRecorder:
         top = tokens + (last - 1) * dtokens  # levels never fall within a run
         if top > self.tokens_max:
             self.tokens_max = top
-        if self.series is not None:
+        if self.series is not None:  # its runs are listed (listed_before)
+            assert not isinstance(dblocks, tuple), "a run with series rows gets a list"
+            steps = dblocks
             self.series.extend((start + j * t, tokens + j * dtokens,
-                                _blocks_at(blocks, dblocks, j)) for j in range(first, last + 1))
+                                _blocks_at(blocks, steps, j)) for j in range(first, last + 1))
         self._t = start + last * t
         self.tokens = tokens + last * dtokens
         self.blocks = final

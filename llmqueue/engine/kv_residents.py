@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import bisect
 import itertools
-import operator
 from heapq import heapify
 from typing import List, Optional, Sequence, Tuple
 
@@ -190,37 +189,6 @@ class MemoryResidents(Residents):
         if self.due is None:
             return len(self.decoding) - self.unstarted_decoders
         return self.due[self.clock[0] % self.kv.block_size]
-
-    def block_steps(self, plan: Plan, k: int) -> List[int]:
-        """Blocks that iterations 1, 2, ... of a run of ``plan`` (a full decode
-        batch or none) add in all, as long as they fit the free blocks and at
-        most ``k - 1 >= 1`` of them: with blocks of ``B`` tokens a decoder needs a
-        block when its KV is a multiple of ``B`` (:attr:`due` against the
-        clock: the needs repeat every ``B`` iterations); a ``lazy`` chunk of
-        ``n`` at KV ``x`` has added ``ceil((x + (i + 1) n) / B) - ceil((x + n) / B)``."""
-        b, m = self.kv.block_size, k - 1
-        base, ends = 0, []
-        if self.kv.admission == "lazy":
-            for r, n in plan.prefill:  # KV x after the first iteration
-                x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] + n
-                base += x // -b  # -ceil(x / B)
-                ends.append(range(x + n, x + m * n + 1, n))
-        if plan.decode:
-            due, a = self.due, (self.clock[0] + 1) % b  # iteration i needs due[(c0 + i) % B]
-            if a + m <= b:
-                needs = due[a:a + m]  # type: ignore[index]
-            else:
-                cycle = due[a:] + due[:a]  # type: ignore[index]
-                needs = cycle[:m] if m <= b else (cycle * (m // b + 1))[:m]
-            needs[0] += base
-            steps = list(itertools.accumulate(needs))
-        else:
-            steps = [base] * m
-        for chunk in ends:  # + ceil((x + i n) / B) in iteration i, in C loops
-            steps = list(map(operator.sub, steps, map(operator.floordiv, chunk,
-                                                      itertools.repeat(-b))))
-        fit = bisect.bisect_right(steps, self.free)
-        return steps if fit == len(steps) else steps[:fit]
 
     # -- what the gate decided ------------------------------------------
     def start(self, r: Request) -> None:

@@ -46,7 +46,7 @@ figures are the same (``tests/test_kv_skip.py``).
 
 from __future__ import annotations
 
-from typing import Generator, List, NamedTuple, Optional, Tuple, Union
+from typing import Generator, NamedTuple, Optional, Tuple
 
 import simpy
 
@@ -54,6 +54,7 @@ from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.gate import gate
 from llmqueue.engine.kv import UNSTARTED
+from llmqueue.engine.kv_blocks import Growth, block_growth, block_steps
 from llmqueue.engine.kv_invariants import check_state
 from llmqueue.engine.kv_swap import SwapResidents, preempt, swap_back
 from llmqueue.policies.builtin import VLLM, FasterTransformer, Sarathi
@@ -216,12 +217,15 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
             "bmax: allowed: chunked=true, restart='scratch', or bmax >= vp + vd")
 
 
-def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN001
-            ) -> Tuple[int, Union[int, List[int]]]:
-    """How many of the ``k`` iterations of ``plan`` that the engine's own
-    skip-ahead allows (:meth:`Engine.repeats`) may run as one under memory, and
-    the blocks each after the first adds: a number, or with blocks of ``B > 1``
-    tokens the running total after each further iteration.  The residents
+def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int,  # noqa: ANN001
+            start: int) -> Tuple[int, Growth]:
+    """How many of the ``k`` iterations of ``plan`` from ``start`` that the
+    engine's own skip-ahead allows (:meth:`Engine.repeats`) may run as one
+    under memory, and the blocks each after the first adds: a number, or with
+    blocks of ``B > 1`` tokens the running total after each further iteration
+    (:func:`~llmqueue.engine.kv_blocks.block_steps`), or, where the recorder
+    books the run at once and all of them fit, the closed form of those
+    totals (:func:`~llmqueue.engine.kv_blocks.block_growth`).  The residents
     take the KV tokens and blocks of those further iterations at once.
 
     Called only when this choice preempted and recomputed nothing and started
@@ -231,14 +235,13 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN0
     started residents keep fitting.  Every further iteration adds ``tokens``
     KV tokens and, in blocks of one token, ``tokens`` blocks (``lazy``),
     ``decoders`` (``prompt``: chunks are reserved) or none (``peak``); larger
-    blocks grow unevenly (:meth:`MemoryResidents.block_steps`).  A new start
-    that failed keeps failing (free blocks only fall during the run) and one
-    that was not tried is still not tried.
+    blocks grow unevenly.  A new start that failed keeps failing (free blocks
+    only fall during the run) and one that was not tried is still not tried.
     """
     kv, residents = engine.kv, engine.residents
     if k == 1:
         return 1, 0
-    grow: Union[int, List[int]] = 0
+    grow: Growth = 0
     if kv.admission == "peak":
         added = 0
     elif kv.block_size > 1:
@@ -247,10 +250,16 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int  # noqa: ANN0
         if not plan.decode and kv.admission != "lazy":
             added = 0  # a prompt step under ``prompt`` admission reserved its blocks
         else:
-            steps = residents.block_steps(plan, k)
-            k = 1 + len(steps)
-            added = steps[-1] if steps else 0
-            grow = steps
+            growth = (block_growth(residents, plan, k)
+                      if start >= engine.recorder.memory.listed_before else None)
+            if growth is None:  # rows wanted, or memory runs short: step by step
+                steps = block_steps(residents, plan, k)
+                k = 1 + len(steps)
+                added = steps[-1] if steps else 0
+                grow = steps
+            else:
+                added = growth[1]
+                grow = growth
     else:
         each = tokens if kv.admission == "lazy" else decoders
         if each:
@@ -333,10 +342,10 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                               f"progress (policy {engine.policy.name!r}, {kv!r}); a new "
                               "start keeps preempting itself; allowed: admission='prompt' "
                               "or 'peak', a mixed policy, or a larger cache")
-        k, grow = 1, 0  # type: Tuple[int, Union[int, List[int]]]
+        k, grow = 1, 0  # type: Tuple[int, Growth]
         if skip and steady and not recomputed and not residents.redo:
             k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
-                              decode + prefill, decode)
+                              decode + prefill, decode, start)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         memory.allocate(start, held, used, preemptions, recomputed, starts, t, k,
                         decode + prefill, grow)

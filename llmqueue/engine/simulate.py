@@ -102,6 +102,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         origin = to_ticks(warmup)
         if origin:
             env.process(restart_at(env, recorder, origin))
+            if recorder.memory is not None:
+                recorder.memory.cut_at(origin)
         edges = [origin + edge for edge in window_times(until - origin)[:-1]]
         env.process(sample_windows(env, recorder, edges))
     diverged: Optional[Diverged] = None
