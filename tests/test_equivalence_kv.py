@@ -242,3 +242,20 @@ def test_recomputed_tokens_of_a_request_count_only_processed_iterations():
     fast = q.simulate(q.from_list(rows), "sarathi", kv=kv, requests=True, **options)
     assert fast.summary["recomputed_tokens"] == 0
     assert sum(r.memory.recomputed for r in fast.request_log) == 0
+
+
+@pytest.mark.parametrize("horizon", [5.0, 4.5, 5.5])
+def test_a_run_the_horizon_ends_or_cuts_books_as_with_logs(horizon):
+    # iterations of 1 s from 0: the last run ends at the horizon (5.0: SimPy never
+    # processes its end), is cut by it (4.5) or ends before it (5.5); a run without
+    # logs must still count the KV its last iteration took up to the horizon
+    rows = [(0.0, 3, 10), (0.2, 2, 10)]
+    kv = q.KV(capacity_tokens=64, block_size=4)
+    options = dict(bmax=8, kmax=None, latency=q.Constant(1.0), horizon=horizon)
+    ref = compare(rows, make_policy("sarathi"), kv, **options)
+    held = [3, 6, 8, 10, 12, 14]  # KV after each allocation: A's prompt, B's with a decode, ...
+    ends = [min(j + 1, horizon) - j for j in range(len(held)) if j < horizon]
+    mean = sum(h * span for h, span in zip(held, ends)) / horizon
+    assert q.simulate(q.from_list(rows), "sarathi", kv=kv, **options).summary["kv_mean"] == \
+        pytest.approx(mean)
+    assert ref is not None

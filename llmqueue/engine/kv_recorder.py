@@ -104,14 +104,15 @@ class MemoryRecorder:
         self._one: Optional[tuple] = None
         self.log: Optional[List[KVBatch]] = [] if batches else None
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
-        self.listed_before = UNLIMITED if batches or timeseries else 0
-        """A run that starts before this time (ns) may be booked step by step,
-        so the blocks of its iterations come as a list, never in closed form."""
-
-    def cut_at(self, at: int) -> None:
-        """A warm-up restart will come at ``at``: a run that starts by then may
-        be cut by it, and booked step by step."""
-        self.listed_before = max(self.listed_before, at + 1)
+        self.announced_before = UNLIMITED
+        """A run of iterations that starts before this time (ns) is announced
+        when it starts (:meth:`allocate`) and booked as its iterations end
+        (:meth:`commit`), step by step if anything cuts it or wants its rows
+        (the blocks of its iterations then come as a list); a later one is
+        booked at once when it has run (:meth:`book`).  ``simulate`` moves it
+        back to the warm-up restart where nothing else can cut a run or read
+        its rows (no batch or time-series log, no early stop); the scheduler
+        also announces a run that a horizon may cut."""
 
     def level(self, now: int, tokens: int, blocks: int, mark: bool = True) -> None:
         """KV in use changes to ``tokens`` tokens in ``blocks`` blocks at ``now``
@@ -191,10 +192,8 @@ class MemoryRecorder:
                 self._run = _Run(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
                                  recomputed, starts, due=start + t)
             else:  # the whole run at once (most runs)
-                self.recomputed += recomputed
-                if preemptions:
-                    self.preempted_iterations += 1
-                self._book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
+                self._whole(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
+                            recomputed)
                 return
         run = self._run
         if run is None or now < run.due:
@@ -222,6 +221,24 @@ class MemoryRecorder:
                 self._run = None
         run.due = start + min(run.allocated, run.done + 1) * t
 
+    def book(self, start: int, tokens: int, blocks: int, preemptions: int, recomputed: int,
+             t: int, k: int, dtokens: int, dblocks: Growth) -> None:
+        """A run that was not announced has ended: :meth:`allocate` and
+        :meth:`commit` of the whole run at once (nothing cut it, no row of it
+        is wanted, and nothing read the KV in use while it ran)."""
+        self.level(start, tokens, blocks)
+        self._whole(start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed)
+
+    def _whole(self, start: int, t: int, k: int, tokens: int, blocks: int, dtokens: int,
+               dblocks: Growth, preemptions: int, recomputed: int) -> None:
+        """Book a whole run whose first allocation is the level (its counts
+        and its further allocations)."""
+        self.recomputed += recomputed
+        if preemptions:
+            self.preempted_iterations += 1
+        if k > 1:
+            self._book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
+
     def _book(self, start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
               blocks: int, dblocks: Growth) -> None:
         """Book allocations ``first - 1`` .. ``last - 1`` of a run from ``start``
@@ -244,7 +261,7 @@ class MemoryRecorder:
         top = tokens + (last - 1) * dtokens  # levels never fall within a run
         if top > self.tokens_max:
             self.tokens_max = top
-        if self.series is not None:  # its runs are listed (listed_before)
+        if self.series is not None:  # its runs are announced, their blocks listed
             assert not isinstance(dblocks, tuple), "a run with series rows gets a list"
             steps = dblocks
             self.series.extend((start + j * t, tokens + j * dtokens,

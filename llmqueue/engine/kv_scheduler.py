@@ -251,7 +251,7 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int,  # noqa: ANN
             added = 0  # a prompt step under ``prompt`` admission reserved its blocks
         else:
             growth = (block_growth(residents, plan, k)
-                      if start >= engine.recorder.memory.listed_before else None)
+                      if start >= engine.recorder.memory.announced_before else None)
             if growth is None:  # rows wanted, or memory runs short: step by step
                 steps = block_steps(residents, plan, k)
                 k = 1 + len(steps)
@@ -283,6 +283,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token processed
     stale = 0  # tokens processed since the last iteration with a fresh token
     ticks = None if engine.contexts else engine._batch_ticks  # a context model sees the plan
+    until = UNLIMITED if engine.until is None else engine.until  # a run to it is announced
     while True:
         wait = engine.settle()
         if wait is not None:
@@ -347,8 +348,10 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
                               decode + prefill, decode, start)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-        memory.allocate(start, held, used, preemptions, recomputed, starts, t, k,
-                        decode + prefill, grow)
+        announce = start < memory.announced_before or start + k * t >= until
+        if announce:
+            memory.allocate(start, held, used, preemptions, recomputed, starts, t, k,
+                            decode + prefill, grow)
         if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)
@@ -358,7 +361,10 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         prefilled, finished = residents.apply(plan, k, start, t)
         now = env.now
         recorder.commit(now)
-        memory.commit(now)
+        if announce:
+            memory.commit(now)
+        else:
+            memory.book(start, held, used, preemptions, recomputed, t, k, decode + prefill, grow)
         if finished:
             areas = residents.release(finished)
             memory.released(now, residents.used_tokens, kv.blocks - residents.free,

@@ -102,10 +102,11 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         origin = to_ticks(warmup)
         if origin:
             env.process(restart_at(env, recorder, origin))
-            if recorder.memory is not None:
-                recorder.memory.cut_at(origin)
         edges = [origin + edge for edge in window_times(until - origin)[:-1]]
         env.process(sample_windows(env, recorder, edges))
+    if recorder.memory is not None and not (batches or timeseries) and max_pending is None:
+        # no rows to log, no early stop: only the warm-up restart may cut a run
+        recorder.memory.announced_before = to_ticks(warmup) + 1 if warmup else 0
     diverged: Optional[Diverged] = None
     try:
         env.run(until=until)
