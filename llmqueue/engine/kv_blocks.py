@@ -60,8 +60,7 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
         top = a * n + b
         if top < m:
             return total
-        n, b = divmod(top, m)
-        m, a = a, m
+        n, b, m, a = top // m, top % m, a, m
 
 
 def block_steps(residents: MemoryResidents, plan: Plan, k: int) -> List[int]:
