@@ -26,6 +26,7 @@ for the blocks that iterations ``1 .. j`` after the first add in all:
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import operator
 from typing import TYPE_CHECKING, List, Optional, Tuple, Union
@@ -97,8 +98,9 @@ def block_growth(residents: MemoryResidents, plan: Plan, k: int) -> Optional[Tup
     if plan.decode:
         due, a = residents.due, (residents.clock[0] + 1) % b  # iteration i: due[(c0 + i) % B]
         if m <= b:  # at most one cycle: P_j one by one
-            for j in range(a, a + m):
-                total += due[j % b]  # type: ignore[index]
+            for need in (due[a:a + m] if a + m <= b  # type: ignore[index]
+                         else due[a:] + due[:a + m - b]):  # type: ignore[index]
+                total += need
                 held += total
             held -= total
         else:  # P_j = (j // B) D + P_(j mod B), D = every decoder once a cycle
@@ -113,8 +115,18 @@ def block_growth(residents: MemoryResidents, plan: Plan, k: int) -> Optional[Tup
     if residents.kv.admission == "lazy":
         for r, n in plan.prefill:  # KV x after the first iteration; then x + j n
             x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] + n
-            first = -(x // -b)  # ceil(x / B)
-            total += -((x + m * n) // -b) - first
-            # Σ_{j=1}^{m-1} ceil((x + j n) / B), the floors of (n i + x + n + B - 1) / B
-            held += floor_sum(m - 1, b, n, x + n + b - 1) - (m - 1) * first
+            grown, added = _chunk_growth(x % b, n, m, b)
+            total += added
+            held += grown
     return (held, total) if total <= residents.free else None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _chunk_growth(r: int, n: int, m: int, b: int) -> Tuple[int, int]:
+    """``(Σ_{j=1}^{m-1} g_j, g_m)`` for ``g_j = ceil((x + j n) / B) - ceil(x / B)``,
+    the blocks a chunk of ``n`` tokens a step at KV ``x`` adds in ``j`` steps,
+    which depend on ``x`` only through ``r = x mod B`` (so runs share them)."""
+    first = -(r // -b)  # ceil(r / B)
+    # Σ_{j=1}^{m-1} ceil((r + j n) / B), the floors of (n i + r + n + B - 1) / B
+    return (floor_sum(m - 1, b, n, r + n + b - 1) - (m - 1) * first,
+            -((r + m * n) // -b) - first)
