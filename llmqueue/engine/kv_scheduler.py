@@ -321,10 +321,11 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         used = kv.blocks - residents.free
         decode = len(plan.decode)
         prefill = 0
-        for _, tokens in plan.prefill:
-            prefill += tokens
+        for _, chunk in plan.prefill:
+            prefill += chunk
         requests = decode + len(plan.prefill)
-        residents.used_tokens = held = residents.used_tokens + decode + prefill
+        tokens = decode + prefill
+        residents.used_tokens = held = residents.used_tokens + tokens
         t = ticks(decode, prefill, requests) if ticks else engine.batch_ticks(
             decode, prefill, requests, plan)
         if moved and kv.swap_seconds_per_token:  # the swap traffic of this choice
@@ -332,26 +333,31 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             memory.swap_ticks += cost
             t += cost
         start = env.now
-        recomputed, shares = residents.recompute(plan) if residents.scarred else (0, None)
-        if recomputed < decode + prefill:
-            stale = 0
+        if residents.scarred:  # only a resident preempted before may recompute
+            recomputed, shares = residents.recompute(plan)
+            if recomputed < tokens:
+                stale = 0
+            else:
+                stale += recomputed
+                if stale > 8 * residents.total_tokens:
+                    raise Stalled(f"livelock at t={start / 1e9:.6f} s: the last {stale} "
+                                  "tokens processed were all recomputed after preemptions, "
+                                  f"with no progress (policy {engine.policy.name!r}, {kv!r}); "
+                                  "a new start keeps preempting itself; allowed: "
+                                  "admission='prompt' or 'peak', a mixed policy, or a larger "
+                                  "cache")
         else:
-            stale += recomputed
-            if stale > 8 * residents.total_tokens:
-                raise Stalled(f"livelock at t={start / 1e9:.6f} s: the last {stale} tokens "
-                              "processed were all recomputed after preemptions, with no "
-                              f"progress (policy {engine.policy.name!r}, {kv!r}); a new "
-                              "start keeps preempting itself; allowed: admission='prompt' "
-                              "or 'peak', a mixed policy, or a larger cache")
-        k, grow = 1, 0  # type: Tuple[int, Growth]
+            recomputed, shares, stale = 0, None, 0
         if skip and steady and not recomputed and not residents.redo:
             k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
-                              decode + prefill, decode, start)
+                              tokens, decode, start)  # type: Tuple[int, Growth]
+        else:
+            k, grow = 1, 0
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         announce = start < memory.announced_before or start + k * t >= until
         if announce:
-            memory.allocate(start, held, used, preemptions, recomputed, starts, t, k,
-                            decode + prefill, grow)
+            memory.allocate(start, held, used, preemptions, recomputed, starts, t, k, tokens,
+                            grow)
         if check:
             check_state(residents, kv, plan)
         yield env.timeout(k * t)
@@ -364,7 +370,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         if announce:
             memory.commit(now)
         else:
-            memory.book(start, held, used, preemptions, recomputed, t, k, decode + prefill, grow)
+            memory.book(start, held, used, preemptions, recomputed, t, k, tokens, grow)
         if finished:
             areas = residents.release(finished)
             memory.released(now, residents.used_tokens, kv.blocks - residents.free,
