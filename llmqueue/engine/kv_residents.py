@@ -339,13 +339,14 @@ class MemoryResidents(Residents):
         self.iterations = n = n + k
         ticks = clock[0] - c0  # k for a full decode batch, else 0
         self._clock_sum = cs = cs + k * c0 + ticks * (ticks + 1) // 2
-        grown = k * (k + 1) // 2
-        for r, tokens in touched:  # KV x since n0, then x + i tokens in iteration i of k
-            rec = r.memory
-            x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] - k * tokens
-            rec.area += x * (n - rec.n0) + tokens * grown
-            rec.n0 = n
-            rec.cs0 = cs
+        if touched:
+            grown = k * (k + 1) // 2
+            for r, tokens in touched:  # KV x since n0, then x + i tokens in iteration i of k
+                rec = r.memory
+                x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] - k * tokens
+                rec.area += x * (n - rec.n0) + tokens * grown
+                rec.n0 = n
+                rec.cs0 = cs
         if decode and not full and self.due is not None:
             for r in decode:  # finishers too: :meth:`release` takes them out
                 self._due_add(r)
