@@ -2,8 +2,8 @@
 
 :class:`MemoryRecorder` keeps the KV in use as a step function of time (tokens
 and blocks, changing at allocations, preemptions and releases) with exact
-integer integrals for its time average and its maximum (levels held for a
-positive time, as the pending maximum), the per-iteration rows of the batch
+integer integrals for their time averages and the tokens' maximum (levels
+held for a positive time, as the pending maximum), the per-iteration rows of the batch
 log (:class:`KVBatch`), and the counters behind the summary figures.
 
 Timing of the counts: preemptions count when they happen (at a batch
@@ -13,14 +13,18 @@ memory area of a request when it finishes.  A warm-up restart clears them all
 but the levels.
 
 A run of ``k`` identical iterations (the engine's skip-ahead) allocates the
-same tokens and blocks at the start of each: :meth:`MemoryRecorder.allocate`
-announces it and :meth:`MemoryRecorder.commit` books, in closed form, the
-allocations and iteration ends that happened by a given time (the scheduler
-calls it when the run ends, a warm-up restart in the middle of one), so every
-figure is what stepping one iteration at a time would give: an ended run at
-once (most runs), or, when the run is cut by a restart or a batch or
-time-series log wants its rows, step by step through a ``_Run``.  Arrivals
-never change the KV in use, so they need no commit.
+same tokens and blocks at the start of each.  Where nothing can cut the run
+or read its rows (no batch or time-series log, no early stop, after the
+warm-up restart, before the horizon: :attr:`MemoryRecorder.announced_before`),
+the scheduler books it once it has run (:meth:`MemoryRecorder.book`, in
+closed form: most runs).  Otherwise :meth:`MemoryRecorder.allocate` announces
+it when it starts and :meth:`MemoryRecorder.commit` books the allocations
+and iteration ends that happened by a given time (the scheduler calls it
+when the run ends, a warm-up restart in the middle of one): an ended run at
+once, or, when a restart cuts it or a log wants its rows, step by step
+through a ``_Run``.  Either way every figure is what stepping one iteration
+at a time would give.  Arrivals never change the KV in use, so they need no
+commit.
 """
 
 from __future__ import annotations
@@ -177,9 +181,7 @@ class MemoryRecorder:
             if one[3] == 1:  # one iteration (most runs): booked when it ends
                 if now >= one[0]:
                     self._one = None
-                    self.recomputed += one[9]
-                    if one[8]:
-                        self.preempted_iterations += 1
+                    self._ended(one[9], one[8])
                     if self.log is not None:
                         self.log.append(KVBatch(one[4], one[5], one[8], one[9], one[10]))
                 return
@@ -191,9 +193,9 @@ class MemoryRecorder:
                 assert not isinstance(dblocks, tuple), "a run cut or logged gets a list"
                 self._run = _Run(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
                                  recomputed, starts, due=start + t)
-            else:  # the whole run at once (most runs)
-                self._whole(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
-                            recomputed)
+            else:  # the whole run at once (most announced runs)
+                self._ended(recomputed, preemptions)
+                self._book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
                 return
         run = self._run
         if run is None or now < run.due:
@@ -207,9 +209,7 @@ class MemoryRecorder:
         done = min(run.k, (now - start) // t)
         if done > run.done:
             if run.done == 0:
-                self.recomputed += run.recomputed
-                if run.preemptions:
-                    self.preempted_iterations += 1
+                self._ended(run.recomputed, run.preemptions)
             if self.log is not None:
                 self.log.extend(KVBatch(run.tokens, run.blocks, run.preemptions,
                                         run.recomputed, run.starts) if j == 0 else
@@ -226,43 +226,46 @@ class MemoryRecorder:
         """A run that was not announced has ended: :meth:`allocate` and
         :meth:`commit` of the whole run at once (nothing cut it, no row of it
         is wanted, and nothing read the KV in use while it ran)."""
-        self.level(start, tokens, blocks)
-        self._whole(start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed)
+        self._ended(recomputed, preemptions)
+        self._book(start, t, 0, k - 1, tokens, dtokens, blocks, dblocks)
 
-    def _whole(self, start: int, t: int, k: int, tokens: int, blocks: int, dtokens: int,
-               dblocks: Growth, preemptions: int, recomputed: int) -> None:
-        """Book a whole run whose first allocation is the level (its counts
-        and its further allocations)."""
+    def _ended(self, recomputed: int, preemptions: int) -> None:
+        """The first iteration of a run ended: it recomputed ``recomputed``
+        tokens, and its choice preempted ``preemptions`` residents."""
         self.recomputed += recomputed
         if preemptions:
             self.preempted_iterations += 1
-        if k > 1:
-            self._book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
 
     def _book(self, start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
               blocks: int, dblocks: Growth) -> None:
         """Book allocations ``first - 1`` .. ``last - 1`` of a run from ``start``
         (of ``tokens`` / ``blocks`` growing by ``dtokens`` / ``dblocks``), each
         held until the next, and make allocation ``last`` the level: the
-        current level, allocation ``first - 1``, is held from the last change
-        to ``start + first * t``, the next ``last - first`` for ``t`` each
-        (:meth:`level` once for all of them, in closed form)."""
+        current level, allocation ``first - 1`` (with ``first = 0``: the level
+        before the run), is held from the last change to ``start + first * t``,
+        the next ``last - first`` for ``t`` each (:meth:`level` once for all of
+        them, in closed form)."""
         span = start + first * t - self._t
         count = last - first  # allocations held for a whole iteration
         js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
         if isinstance(dblocks, list):
-            grown, final = sum(dblocks[first - 1:last - 1]), blocks + dblocks[last - 1]
+            grown = sum(dblocks[max(first - 1, 0):last - 1])
+            final = blocks + dblocks[last - 1] if last else blocks
         elif isinstance(dblocks, tuple):  # a whole run's sum and total (kv_blocks.block_growth)
             grown, final = dblocks[0], blocks + dblocks[1]
         else:
             grown, final = dblocks * js, blocks + last * dblocks
-        self._tokens_area += self.tokens * span + t * (count * tokens + dtokens * js)
+        held = self.tokens
+        self._tokens_area += held * span + t * (count * tokens + dtokens * js)
         self._blocks_area += self.blocks * span + t * (count * blocks + grown)
-        top = tokens + (last - 1) * dtokens  # levels never fall within a run
-        if top > self.tokens_max:
-            self.tokens_max = top
+        if count:  # levels never fall within a run: the last one held a whole iteration
+            top = tokens + (last - 1) * dtokens
+            if top > held or not span:
+                held = top
+        if (span or count) and held > self.tokens_max:  # levels held a positive time
+            self.tokens_max = held
         if self.series is not None:  # its runs are announced, their blocks listed
-            assert not isinstance(dblocks, tuple), "a run with series rows gets a list"
+            assert first and not isinstance(dblocks, tuple), "series rows: announced, listed"
             steps = dblocks
             self.series.extend((start + j * t, tokens + j * dtokens,
                                 _blocks_at(blocks, steps, j)) for j in range(first, last + 1))
