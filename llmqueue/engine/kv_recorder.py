@@ -227,7 +227,10 @@ class MemoryRecorder:
         :meth:`commit` of the whole run at once (nothing cut it, no row of it
         is wanted, and nothing read the KV in use while it ran)."""
         self._ended(recomputed, preemptions)
-        self._book(start, t, 0, k - 1, tokens, dtokens, blocks, dblocks)
+        if k == 1:
+            self.level(start, tokens, blocks)
+        else:
+            self._book(start, t, 0, k - 1, tokens, dtokens, blocks, dblocks)
 
     def _ended(self, recomputed: int, preemptions: int) -> None:
         """The first iteration of a run ended: it recomputed ``recomputed``

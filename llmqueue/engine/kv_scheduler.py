@@ -284,6 +284,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     stale = 0  # tokens processed since the last iteration with a fresh token
     ticks = None if engine.contexts else engine._batch_ticks  # a context model sees the plan
     until = UNLIMITED if engine.until is None else engine.until  # a run to it is announced
+    announced_before = memory.announced_before  # set before the run begins
     while True:
         wait = engine.settle()
         if wait is not None:
@@ -354,13 +355,14 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         else:
             k, grow = 1, 0
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
-        announce = start < memory.announced_before or start + k * t >= until
+        span = k * t
+        announce = start < announced_before or start + span >= until
         if announce:
             memory.allocate(start, held, used, preemptions, recomputed, starts, t, k, tokens,
                             grow)
         if check:
             check_state(residents, kv, plan)
-        yield env.timeout(k * t)
+        yield env.timeout(span)
         if shares:  # processed now (k is 1 when anything is recomputed)
             for rec, over in shares:
                 rec.recomputed += over
