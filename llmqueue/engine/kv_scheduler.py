@@ -113,15 +113,18 @@ def choose_roomy(engine, one: bool) -> Optional[Plan]:  # noqa: ANN001 - an Engi
     the stalls) when the batch is empty or its blocks do not fit."""
     residents, kv = engine.residents, engine.kv
     plan = engine.policy.plan(residents, engine.budget)
-    if not plan.decode and not plan.prefill:
-        return None
-    if one:
-        blocks = len(plan.decode)
-    elif len(plan.decode) == len(residents.decoding):
+    decode = plan.decode
+    if not decode:
+        if not plan.prefill:
+            return None
+        blocks = 0
+    elif one:
+        blocks = len(decode)
+    elif len(decode) == len(residents.decoding):
         blocks = residents.decode_need()
     else:
         blocks = 0
-        for r in plan.decode:
+        for r in decode:
             blocks += kv.need(r, 1, True, True)
     starts = []
     for r, n in plan.prefill:
