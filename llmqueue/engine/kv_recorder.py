@@ -226,7 +226,8 @@ class MemoryRecorder:
         """A run that was not announced has ended: :meth:`allocate` and
         :meth:`commit` of the whole run at once (nothing cut it, no row of it
         is wanted, and nothing read the KV in use while it ran)."""
-        self._ended(recomputed, preemptions)
+        if recomputed or preemptions:
+            self._ended(recomputed, preemptions)
         if k == 1:
             self.level(start, tokens, blocks)
         else:
