@@ -28,8 +28,8 @@ def _state(rng: random.Random):
     clock = [rng.randint(0, 500)]
     kvs = [rng.randint(1, 3000) for _ in range(rng.randint(0, 40))]  # decoders' KV now
     due = [0] * b
-    for x in kvs:  # KV x + i after i more steps: a new block when x + i - 1 ... see below
-        due[(clock[0] - x) % b] += 1  # takes a block at clocks c with (c - clock0 + x) % B == 0
+    for x in kvs:  # a new block at a clock c where its KV, x + c - clock0, is a multiple of B
+        due[(clock[0] - x) % b] += 1
     chunks = []
     for _ in range(rng.randint(0, 3)):
         held, n = rng.randint(0, 2000), rng.randint(1, 300)

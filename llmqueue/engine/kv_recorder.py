@@ -259,15 +259,15 @@ class MemoryRecorder:
             grown, final = dblocks[0], blocks + dblocks[1]
         else:
             grown, final = dblocks * js, blocks + last * dblocks
-        held = self.tokens
-        self._tokens_area += held * span + t * (count * tokens + dtokens * js)
+        self._tokens_area += self.tokens * span + t * (count * tokens + dtokens * js)
         self._blocks_area += self.blocks * span + t * (count * blocks + grown)
-        if count:  # levels never fall within a run: the last one held a whole iteration
+        high = self.tokens if span else 0  # the maximum counts levels held a positive time
+        if count:  # the run's never fall: the last one held a whole iteration is its top
             top = tokens + (last - 1) * dtokens
-            if top > held or not span:
-                held = top
-        if (span or count) and held > self.tokens_max:  # levels held a positive time
-            self.tokens_max = held
+            if top > high:
+                high = top
+        if high > self.tokens_max:
+            self.tokens_max = high
         if self.series is not None:  # its runs are announced, their blocks listed
             assert first and not isinstance(dblocks, tuple), "series rows: announced, listed"
             steps = dblocks

@@ -221,14 +221,15 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
 
 
 def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int,  # noqa: ANN001
-            start: int) -> Tuple[int, Growth]:
-    """How many of the ``k`` iterations of ``plan`` from ``start`` that the
-    engine's own skip-ahead allows (:meth:`Engine.repeats`) may run as one
-    under memory, and the blocks each after the first adds: a number, or with
-    blocks of ``B > 1`` tokens the running total after each further iteration
-    (:func:`~llmqueue.engine.kv_blocks.block_steps`), or, where the recorder
-    books the run at once and all of them fit, the closed form of those
-    totals (:func:`~llmqueue.engine.kv_blocks.block_growth`).  The residents
+            listed: bool) -> Tuple[int, Growth]:
+    """How many of the ``k`` iterations of ``plan`` that the engine's own
+    skip-ahead allows (:meth:`Engine.repeats`) may run as one under memory, and
+    the blocks each after the first adds: a number, or with blocks of ``B > 1``
+    tokens the running total after each further iteration
+    (:func:`~llmqueue.engine.kv_blocks.block_steps`), or, unless the run is
+    ``listed`` (the recorder may book it step by step) and when all of them
+    fit, the closed form of those totals
+    (:func:`~llmqueue.engine.kv_blocks.block_growth`).  The residents
     take the KV tokens and blocks of those further iterations at once.
 
     Called only when this choice preempted and recomputed nothing and started
@@ -253,8 +254,7 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int,  # noqa: ANN
         if not plan.decode and kv.admission != "lazy":
             added = 0  # a prompt step under ``prompt`` admission reserved its blocks
         else:
-            growth = (block_growth(residents, plan, k)
-                      if start >= engine.recorder.memory.announced_before else None)
+            growth = None if listed else block_growth(residents, plan, k)
             if growth is None:  # rows wanted, or memory runs short: step by step
                 steps = block_steps(residents, plan, k)
                 k = 1 + len(steps)
@@ -352,14 +352,15 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                                   "cache")
         else:
             recomputed, shares, stale = 0, None, 0
+        listed = start < announced_before  # booked as its iterations end: blocks listed
         if skip and steady and not recomputed and not residents.redo:
             k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
-                              tokens, decode, start)  # type: Tuple[int, Growth]
+                              tokens, decode, listed)  # type: Tuple[int, Growth]
         else:
             k, grow = 1, 0
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         span = k * t
-        announce = start < announced_before or start + span >= until
+        announce = listed or start + span >= until  # a single iteration may reach it
         if announce:
             memory.allocate(start, held, used, preemptions, recomputed, starts, t, k, tokens,
                             grow)
