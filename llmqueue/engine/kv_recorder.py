@@ -82,6 +82,25 @@ def _blocks_at(blocks: int, dblocks: Union[int, List[int]], j: int) -> int:
     return blocks + j * dblocks
 
 
+def _rows(run: _Run, first: int, end: int) -> List[KVBatch]:
+    """The batch-log rows of iterations ``first`` .. ``end - 1`` of ``run``
+    (a function of its own: a generator inside a hot method makes the
+    method's locals closure cells, slower on every call)."""
+    return [KVBatch(run.tokens, run.blocks, run.preemptions, run.recomputed, run.starts)
+            if j == 0 else
+            KVBatch(run.tokens + j * run.dtokens, _blocks_at(run.blocks, run.dblocks, j),
+                    0, 0, 0)
+            for j in range(first, end)]
+
+
+def _levels(start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
+            blocks: int, dblocks: Union[int, List[int]]) -> List[Tuple[int, int, int]]:
+    """The time-series rows ``(time, tokens, blocks)`` of allocations ``first``
+    .. ``last`` of a run (outside the hot method, as :func:`_rows`)."""
+    return [(start + j * t, tokens + j * dtokens, _blocks_at(blocks, dblocks, j))
+            for j in range(first, last + 1)]
+
+
 class MemoryRecorder:
     """Running KV figures of one engine."""
 
@@ -211,11 +230,7 @@ class MemoryRecorder:
             if run.done == 0:
                 self._ended(run.recomputed, run.preemptions)
             if self.log is not None:
-                self.log.extend(KVBatch(run.tokens, run.blocks, run.preemptions,
-                                        run.recomputed, run.starts) if j == 0 else
-                                KVBatch(run.tokens + j * run.dtokens,
-                                        _blocks_at(run.blocks, run.dblocks, j), 0, 0, 0)
-                                for j in range(run.done, done))
+                self.log.extend(_rows(run, run.done, done))
             run.done = done
             if done == run.k:
                 self._run = None
@@ -270,9 +285,7 @@ class MemoryRecorder:
             self.tokens_max = high
         if self.series is not None:  # its runs are announced, their blocks listed
             assert first and not isinstance(dblocks, tuple), "series rows: announced, listed"
-            steps = dblocks
-            self.series.extend((start + j * t, tokens + j * dtokens,
-                                _blocks_at(blocks, steps, j)) for j in range(first, last + 1))
+            self.series.extend(_levels(start, t, first, last, tokens, dtokens, blocks, dblocks))
         self._t = start + last * t
         self.tokens = tokens + last * dtokens
         self.blocks = final

@@ -37,8 +37,7 @@ from llmqueue.theory.drift import edge_slope
 
 @dataclass(slots=True)
 class _Run:
-    """``k`` iterations of one plan, each ``t`` long, from ``start``; ``done``
-    of them committed so far."""
+    """``k`` iterations of one plan, ``t`` long each, from ``start``; ``done`` committed."""
 
     start: int
     t: int
@@ -50,6 +49,18 @@ class _Run:
     done: int = 0
     ends: Optional[List[int]] = None
     """End time of each iteration when they differ (else every one is ``t``)."""
+
+
+def _batches(run: _Run, first: int, end: int, rids: Tuple[Hashable, ...],
+             chunks: Tuple[Tuple[Hashable, int], ...]) -> List[Batch]:
+    """The batch-log rows of iterations ``first .. end - 1`` of ``run`` (not inline:
+    a generator in a hot method makes its locals closure cells, slower per call)."""
+    ends = run.ends
+    if ends is None:
+        return [Batch(run.start + i * run.t, run.t, run.prefill, run.decode, run.requests,
+                      rids, chunks) for i in range(first, end)]
+    return [Batch(ends[i - 1] if i else run.start, ends[i] - (ends[i - 1] if i else run.start),
+                  run.prefill, run.decode, run.requests, rids, chunks) for i in range(first, end)]
 
 
 class Recorder:
@@ -200,9 +211,7 @@ class Recorder:
                 self._mark(first_end + i * t, final + (n - 1 - i) * b)
         self._count(run, n, start + (done + n) * t - max(start + done * t, self._origin))
         if self.batch_log is not None:
-            rids, chunks = self._members
-            self.batch_log.extend(Batch(start + i * t, t, prefill, decode, run.requests, rids,
-                                        chunks) for i in range(done, done + n))
+            self.batch_log.extend(_batches(run, done, done + n, *self._members))
         run.done = done + n
         if done + n == k:
             self._run = None
@@ -234,11 +243,7 @@ class Recorder:
                 self._mark(ends[done + i], final + (n - 1 - i) * b)
         self._count(run, n, ends[last] - max(begin, self._origin))
         if self.batch_log is not None:
-            rids, chunks = self._members
-            self.batch_log.extend(
-                Batch(ends[i - 1] if i else run.start, ends[i] - (ends[i - 1] if i else run.start),
-                      run.prefill, run.decode, run.requests, rids, chunks)
-                for i in range(done, last + 1))
+            self.batch_log.extend(_batches(run, done, last + 1, *self._members))
         run.done = last + 1
         if run.done == run.k:
             self._run = None

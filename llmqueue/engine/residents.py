@@ -53,7 +53,7 @@ def _without(items: List[Request], gone: Sequence[Request],
             del items[i]
         else:
             return items
-    return [r for r in items if kept(r)]
+    return list(filter(kept, items))
 
 
 class Residents:
