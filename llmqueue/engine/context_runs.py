@@ -20,6 +20,7 @@ import numpy as np
 
 from llmqueue.common.units import MAX_SECONDS, TICKS_PER_SECOND, to_ticks
 from llmqueue.engine.clock import now_ticks
+from llmqueue.models.context import BatchContext
 from llmqueue.policies.view import Plan
 
 #: Runs of at least this many iterations have their ticks counted in numpy.
@@ -42,12 +43,8 @@ def context_run(engine: Any, plan: Plan, decode: int, prefill: int, requests: in
     if k == 1:
         return [first]
     many = getattr(model, "batch_times", None)
-    if many is not None:
-        seconds = many(decode, prefill, requests, context, k)
-    else:
-        seconds = [model.batch_time(decode, prefill, requests,
-                                    context=context.after(j, decode, prefill))
-                   for j in range(k)]
+    seconds = (many(decode, prefill, requests, context, k) if many is not None else
+               _one_by_one(model, decode, prefill, requests, context, k))
     env = engine.env
     now = now_ticks(env)
     nxt = env.peek() if engine.pool.level >= 1 else float("inf")
@@ -75,3 +72,12 @@ def context_run(engine: Any, plan: Plan, decode: int, prefill: int, requests: in
     if cut and ticks[:cut].min() <= 0:
         engine._positive(int(ticks[:cut].min()), decode, prefill)
     return [first] + ticks[:cut].tolist()
+
+
+def _one_by_one(model: Any, decode: int, prefill: int, requests: int, context: BatchContext,
+                k: int) -> List[float]:
+    """The seconds of ``k`` iterations from ``context`` for a model without
+    ``batch_times`` (not inline: a comprehension in :func:`context_run` would
+    make its locals closure cells on every call)."""
+    return [model.batch_time(decode, prefill, requests, context=context.after(j, decode, prefill))
+            for j in range(k)]
