@@ -69,6 +69,9 @@ END_OF_INSTANT = 2
 class Engine:
     """One inference server in a SimPy environment."""
 
+    # Keep an engine under 30 instance attributes: CPython 3.11 specializes the
+    # attribute reads of such instances only (their keys shared by the class).
+
     def __init__(self, env: simpy.Environment, policy: Policy, *, bmax: Optional[int] = 128,
                  kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
                  recorder: Optional[Recorder] = None, until: Optional[int] = None,
@@ -109,10 +112,9 @@ class Engine:
         self.contexts = needs_context(self.latency)
         # every plan is checked but the package's own policies' (a subclass is checked
         # too); WAIT's batches hold every decoder, so checking them would double a run
-        self._check = type(self.policy) not in tuple(BUILTIN.values()) + (Wait,)
+        self.check_plans = type(self.policy) not in tuple(BUILTIN.values()) + (Wait,)
         #: the policy walks residents in order (the KV view may then be cut short)
         self.fcfs = type(self.policy) in tuple(BUILTIN.values()) + (WholePrefill,)
-        self.check_plans = self._check
         self.check_invariants = check_invariants
         self.last_starts: list = []  # the new starts of the last batch choice (KV cache)
         # the order the KV gate charges a plan's phases in (a one-phase policy's
@@ -362,7 +364,7 @@ class Engine:
                 continue
             residents.settle()
             plan = choose(residents, budget)
-            if self._check:
+            if self.check_plans:
                 check_plan(plan, residents, budget, policy.name)
             if not plan:
                 raise Stalled(f"policy {policy.name!r} formed an empty batch at "
