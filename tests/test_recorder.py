@@ -10,7 +10,8 @@ import itertools
 
 import pytest
 
-from llmqueue.engine.recorder import Recorder, _violations, percentiles
+from llmqueue.common.percentiles import percentiles
+from llmqueue.engine.recorder import Recorder, _violations
 from llmqueue.policies.view import Plan, Request
 
 NS = 1e-9  # seconds per tick

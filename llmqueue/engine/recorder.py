@@ -24,10 +24,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 import numpy as np
 
+from llmqueue.common.percentiles import QUANTILES, percentiles
 from llmqueue.common.units import ceil_div, to_seconds
 from llmqueue.engine.results import Batch, Summary
 from llmqueue.engine.tokens import TokenTimes
@@ -65,6 +66,16 @@ def _batches(run: _Run, first: int, end: int, rids: Tuple[Hashable, ...],
 
 class Recorder:
     """Running figures of one engine."""
+
+    # slots: CPython 3.11 specializes attribute reads of a dict-backed instance
+    # only below 30 attributes; a recorder has more, read on every iteration
+    __slots__ = ("bmax", "arrivals", "completed", "pending", "pending_start", "backlog",
+                 "pending_max", "backlog_max", "_t", "_origin", "_pending_area",
+                 "_backlog_area", "batches", "decode_batches", "decode_tokens",
+                 "prefill_tokens", "mixed", "decode_only", "prefill_only", "busy",
+                 "wc_violations", "_run", "_members", "ttft", "tpot", "e2e", "tbt",
+                 "sched_delay", "tokens", "latencies", "batch_log", "request_log", "series",
+                 "windows", "memory")
 
     def __init__(self, bmax: int, batches: bool = False, requests: bool = False,
                  timeseries: bool = False, tokens: Optional[bool] = None) -> None:
@@ -383,18 +394,3 @@ def _violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -
     limit = ceil_div(demand - b, prefill)  # first i with demand_i <= b
     return max(0, min(i0 + n, limit) - i0)
 
-
-#: The percentiles every distribution is summarised by (SPEC 5).
-QUANTILES = (50, 90, 99)
-
-
-def percentiles(values: Sequence[float]) -> Tuple[Optional[float], ...]:
-    """p50, p90 and p99 of ``values`` (``None`` each when there are none)."""
-    if not len(values):
-        return (None,) * len(QUANTILES)
-    return tuple(float(x) for x in np.percentile(np.asarray(values, dtype=float), QUANTILES))
-
-
-def named_percentiles(name: str, values: Sequence[float]) -> Dict[str, Optional[float]]:
-    """``{name}_p50``, ``{name}_p90`` and ``{name}_p99`` of ``values``."""
-    return dict(zip((f"{name}_p{q}" for q in QUANTILES), percentiles(values)))

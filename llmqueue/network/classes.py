@@ -17,7 +17,7 @@ import numpy as np
 
 from llmqueue.common import validation
 from llmqueue.common.units import to_seconds
-from llmqueue.engine.recorder import named_percentiles
+from llmqueue.common.percentiles import named_percentiles
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_sizes
 from llmqueue.models.workload import Arrival, Workload
 from llmqueue.policies.view import Request
