@@ -62,11 +62,10 @@ from llmqueue.policies.view import IDLE, Plan, check_plan
 
 
 class Choice(NamedTuple):
-    """One batch choice under memory."""
+    """One batch choice under memory (its new starts: ``engine.last_starts``)."""
 
     plan: Plan
     preemptions: int
-    starts: int
     moved: int = 0
     """KV tokens moved to or from the swap pool (``kv_swap``)."""
 
@@ -191,8 +190,8 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
             engine.last_starts = starts
             if swap:
                 moved, residents.moved = residents.moved, 0
-                return Choice(plan, preempted, len(starts), moved)
-            return Choice(plan, preempted, len(starts))
+                return Choice(plan, preempted, moved)
+            return Choice(plan, preempted)
         if gated.victims:
             fallback = False
             continue
@@ -222,7 +221,7 @@ def _stall_message(engine, proposal: Plan, fallback: bool) -> str:  # noqa: ANN0
 
 def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int,  # noqa: ANN001
             listed: bool) -> Tuple[int, Growth]:
-    """How many of the ``k`` iterations of ``plan`` that the engine's own
+    """How many of the ``k > 1`` iterations of ``plan`` that the engine's own
     skip-ahead allows (:meth:`Engine.repeats`) may run as one under memory, and
     the blocks each after the first adds: a number, or with blocks of ``B > 1``
     tokens the running total after each further iteration
@@ -243,8 +242,6 @@ def repeats(engine, plan: Plan, k: int, tokens: int, decoders: int,  # noqa: ANN
     only fall during the run) and one that was not tried is still not tried.
     """
     kv, residents = engine.kv, engine.residents
-    if k == 1:
-        return 1, 0
     grow: Growth = 0
     if kv.admission == "peak":
         added = 0
@@ -279,7 +276,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     env, residents, recorder = engine.env, engine.residents, engine.recorder
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
-    check, skip = engine.check_invariants, engine.skip_ahead
+    check = engine.check_invariants
+    skip = engine.skip_ahead and not engine.contexts  # a context model's runs: stepped
     swap = isinstance(residents, SwapResidents)
     drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     fast, budget = roomy(engine), engine.budget
@@ -308,7 +306,6 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
             plan = choose_roomy(engine, one)
         if plan is not None:
             preemptions = moved = 0
-            starts = len(engine.last_starts)
             # its new starts close the plan: a built-in policy walks the started first
             steady = True
         else:
@@ -319,9 +316,9 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                 gpu_request = None
                 yield from engine.sleep()
                 continue
-            plan, preemptions, starts, moved = choice
+            plan, preemptions, moved = choice
             steady = (not preemptions and not moved and not (swap and residents.swapped)
-                      and (not starts or _starts_repeat(engine, plan)))
+                      and (not engine.last_starts or _starts_repeat(engine, plan)))
         used = kv.blocks - residents.free
         decode = len(plan.decode)
         prefill = 0
@@ -353,17 +350,17 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         else:
             recomputed, shares, stale = 0, None, 0
         listed = start < announced_before  # booked as its iterations end: blocks listed
+        k, grow = 1, 0  # type: Tuple[int, Growth]
         if skip and steady and not recomputed and not residents.redo:
-            k, grow = repeats(engine, plan, 1 if engine.contexts else engine.repeats(plan, t),
-                              tokens, decode, listed)  # type: Tuple[int, Growth]
-        else:
-            k, grow = 1, 0
+            k = engine.repeats(plan, t)
+            if k > 1:
+                k, grow = repeats(engine, plan, k, tokens, decode, listed)
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         span = k * t
         announce = listed or start + span >= until  # a single iteration may reach it
         if announce:
-            memory.allocate(start, held, used, preemptions, recomputed, starts, t, k, tokens,
-                            grow)
+            memory.allocate(start, held, used, preemptions, recomputed, len(engine.last_starts),
+                            t, k, tokens, grow)
         if check:
             check_state(residents, kv, plan)
         yield env.timeout(span)
