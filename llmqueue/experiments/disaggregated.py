@@ -17,9 +17,9 @@ from typing import Any, Dict, Generator, List, Tuple
 
 import simpy
 
+from llmqueue.common.percentiles import named_percentiles
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
-from llmqueue.common.percentiles import named_percentiles
 from llmqueue.engine.results import Result
 from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
                                        register)

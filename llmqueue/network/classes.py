@@ -16,8 +16,8 @@ from typing import Any, Dict, Hashable, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from llmqueue.common import validation
-from llmqueue.common.units import to_seconds
 from llmqueue.common.percentiles import named_percentiles
+from llmqueue.common.units import to_seconds
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_sizes
 from llmqueue.models.workload import Arrival, Workload
 from llmqueue.policies.view import Request

@@ -26,9 +26,9 @@ import numpy as np
 import simpy
 
 from llmqueue.common import validation
+from llmqueue.common.percentiles import named_percentiles
 from llmqueue.common.units import to_seconds, to_ticks
 from llmqueue.engine.clock import now_ticks, wait_until
-from llmqueue.common.percentiles import named_percentiles
 from llmqueue.network.network import Network
 from llmqueue.policies.view import Request
 
