@@ -9,6 +9,12 @@ tokens.  Both get the same jobs (Poisson times, geometric sizes, one seed).
 Decode-only batches are small and fast on the staircase, so disaggregation
 cuts the time per output token; the prefill pool, with fewer GPUs than the
 whole fleet, is the first to saturate, which bounds the load the split holds.
+
+Limitation: the decode hop is a request with no prompt (``vp = 0``), so a
+decode engine holds and reads only the KV of the tokens it decodes, not the
+transferred prompt's.  With the staircase and no cache this changes nothing
+(its batch times count processed tokens only); with ``kv=`` the decode pool's
+KV in use, and with ``latency=roofline`` its attention cost, are understated.
 """
 
 from __future__ import annotations
