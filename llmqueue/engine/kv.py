@@ -286,7 +286,11 @@ class KV:
         block, ``x`` tokens occupy ``-(x // -B)`` blocks (:meth:`blocks_for`,
         inline: this runs for every item of every batch choice)."""
         b = self.block_size
-        if self.admission == "lazy":  # an unstarted request holds no KV: x = 0
+        if self.admission == "lazy":
+            if not started:  # it holds no block yet: blocks for its KV (0, or a prompt
+                # that arrived prefilled, :meth:`Engine.call`) and the tokens
+                return -((r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] + tokens)
+                         // -b)
             if b == 1:
                 return tokens  # a token of KV per token processed
             x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]

@@ -11,7 +11,7 @@ At allocation (``plan`` given, the iteration about to run):
 * KV tokens in use = Σ of the residents' KV after this allocation;
 * no resident is served without KV for its tokens: every served resident is
   started and its blocks cover its KV after the iteration; unstarted
-  residents hold nothing;
+  residents hold nothing (but the KV of a prompt that arrived prefilled);
 * the order of SPEC 7.2: ``decoding`` and ``prefilling`` sorted by their order
   keys, the started prefillers first;
 * with a swap pool (:mod:`~llmqueue.engine.kv_swap`): a swapped request holds
@@ -54,7 +54,10 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
             swapped += 1
             continue
         if not is_started(r):
-            if n or held:
+            # it holds nothing, but the KV of a prompt that arrived prefilled, which it
+            # brings along when it starts (Engine.call)
+            brought = r.vp if r.prefill_left == 0 and not r.memory.preemptions else 0
+            if n or held != brought:
                 raise InvariantError(f"request {r.rid} is unstarted (no KV) but holds {held} "
                                      f"KV tokens or is served {n} tokens")
             continue

@@ -206,8 +206,12 @@ class MemoryResidents(Residents):
             self.decoding.remove(r)
             bisect.insort(self.decoding, r, key=_seq)
             self._due_add(r)
-            if r.memory.redo:
+            rec = r.memory
+            if rec.redo:
                 self.redo[id(r)] = r
+            # its KV from now on: none, or a prompt that arrived prefilled (Engine.call)
+            self.used_tokens += kv_tokens(r)
+            rec.n0, rec.cs0 = self.iterations, self._clock_sum
 
     def preempt(self, victims: Sequence[Request], restart: str) -> int:
         """Preempt ``victims`` (one gate step); return the KV tokens they drop."""

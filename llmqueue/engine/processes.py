@@ -144,7 +144,7 @@ class Engine:
         """``r`` arrives now and joins the waiting line."""
         validation.token_count("prefill", r.vp)
         validation.token_count("decode", r.vd, minimum=1)
-        if not self.policy.chunked and r.vp > self.budget:
+        if not self.policy.chunked and r.prefill_left > self.budget:
             raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "
                              f"<= bmax, or chunked=true")
@@ -156,7 +156,7 @@ class Engine:
                 return
             if self._wake is not None and not self._wake.triggered:
                 self._wake.succeed()  # a policy idling on purpose waits for arrivals
-        self.recorder.arrive(r.arrival, r.vp + r.vd)
+        self.recorder.arrive(r.arrival, r.prefill_left + r.vd)  # the work it brings
         if not self.waiting and self.pool.level >= 1:
             self.pool.get(1)  # nobody is ahead: the slot is taken now
             self._admit(r)
@@ -197,11 +197,19 @@ class Engine:
                           "it is ignored; further ones are counted in the summary's "
                           "'ignored' without a warning", stacklevel=3)
 
-    def call(self, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
+    def call(self, vp: int, vd: int, klass: Hashable = None, *,
+             prefilled: bool = False) -> simpy.Event:
         """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
         return an event that fires, with the :class:`Request` as its value,
-        when its last token is done.  Ids number this engine's arrivals from 0."""
+        when its last token is done.  Ids number this engine's arrivals from 0.
+
+        ``prefilled``: its prompt was processed elsewhere and its KV arrives
+        with it (disaggregated serving): it prefills nothing and decodes at
+        once, and its ``vp`` tokens count as its KV (the blocks it takes at
+        its start, SPEC 7.1) and as its context (SPEC 8.2), not as work."""
         r = Request(self.recorder.arrivals, vp, vd, klass)
+        if prefilled:
+            r.prefill_left = 0
         r.on_finished = self.env.event()
         self.submit(r)
 

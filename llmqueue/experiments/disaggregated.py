@@ -1,20 +1,17 @@
 """Prefill and decode on separate engine pools (the DistServe idea).
 
 Disaggregated: a request's prefill and its first token run on a *prefill*
-engine; its KV cache then travels to a *decode* engine (a fixed transfer
-delay), which produces the remaining ``vd - 1`` tokens with no prompt to
-prefill.  Colocated: the same number of GPUs, each doing both, behind JSQ by
-tokens.  Both get the same jobs (Poisson times, geometric sizes, one seed).
+engine; its KV cache (``vp + 1`` tokens) then travels to a *decode* engine (a
+fixed transfer delay), which produces the remaining ``vd - 1`` tokens with no
+prompt to prefill: the decode hop arrives prefilled (``Engine.call(...,
+prefilled=True)``), so it holds the transferred KV from its start (with
+``kv=``) and its iterations read it (with ``latency=roofline``).  Colocated:
+the same number of GPUs, each doing both, behind JSQ by tokens.  Both get the
+same jobs (Poisson times, geometric sizes, one seed).
 
 Decode-only batches are small and fast on the staircase, so disaggregation
 cuts the time per output token; the prefill pool, with fewer GPUs than the
 whole fleet, is the first to saturate, which bounds the load the split holds.
-
-Limitation: the decode hop is a request with no prompt (``vp = 0``), so a
-decode engine holds and reads only the KV of the tokens it decodes, not the
-transferred prompt's.  With the staircase and no cache this changes nothing
-(its batch times count processed tokens only); with ``kv=`` the decode pool's
-KV in use, and with ``latency=roofline`` its attention cost, are understated.
 """
 
 from __future__ import annotations
@@ -64,7 +61,7 @@ def disaggregated(params: Dict[str, Any]):
         yield ctx.call("prefill", vp, 1)
         if vd > 1:
             yield ctx.delay(params["transfer"])
-            yield ctx.call("decode", 0, vd - 1)
+            yield ctx.call("decode", vp + 1, vd - 1, prefilled=True)
     return job
 
 

@@ -148,10 +148,12 @@ class Network:
                          f"got {target!r}")
 
     def call(self, target: str, vp: int, vd: int, klass: Hashable = None,
-             routed: Optional[Callable[[Engine], None]] = None) -> simpy.Event:
+             routed: Optional[Callable[[Engine], None]] = None, *,
+             prefilled: bool = False) -> simpy.Event:
         """Send a request to ``target`` now; the event fires with its
         :class:`Request` when its last token is done, and ``routed`` (if
-        given) learns which engine took it.
+        given) learns which engine took it.  ``prefilled``: its prompt's KV
+        arrives with it (:meth:`Engine.call`).
 
         A pool routes the request once everything else of this instant has
         happened (iteration ends, releases, admissions), so its router reads
@@ -160,7 +162,7 @@ class Network:
             engine = self.route(target)
             if routed is not None:
                 routed(engine)
-            return engine.call(vp, vd, klass)
+            return engine.call(vp, vd, klass, prefilled=prefilled)
         done = self.env.event()
 
         def send(_: simpy.Event) -> None:
@@ -171,7 +173,7 @@ class Network:
             def finish(finished: simpy.Event) -> None:
                 done.succeed(finished.value)
 
-            engine.call(vp, vd, klass).callbacks.append(finish)
+            engine.call(vp, vd, klass, prefilled=prefilled).callbacks.append(finish)
 
         later_this_instant(self.env, ROUTING).callbacks.append(send)
         return done

@@ -84,13 +84,16 @@ class JobContext:
         """The job's class; its calls carry it unless they say otherwise."""
         return self.record.klass
 
-    def call(self, target: str, vp: int, vd: int, klass: Hashable = None) -> simpy.Event:
+    def call(self, target: str, vp: int, vd: int, klass: Hashable = None, *,
+             prefilled: bool = False) -> simpy.Event:
         """Send a request to ``target`` (an engine or a pool) now; yield the
-        event to wait until it finishes (its value is the :class:`Request`)."""
+        event to wait until it finishes (its value is the :class:`Request`).
+        ``prefilled``: its prompt's KV arrives with it (:meth:`Engine.call`)."""
         # the event is set just below: routing may name the engine before call returns
         record = CallRecord(target, None, None)  # type: ignore[arg-type]
         record.event = self.net.call(target, vp, vd, self.record.klass if klass is None else klass,
-                                     routed=lambda engine: setattr(record, "engine", engine.name))
+                                     routed=lambda engine: setattr(record, "engine", engine.name),
+                                     prefilled=prefilled)
         self.record.calls.append(record)
         return record.event
 

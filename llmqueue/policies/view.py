@@ -137,7 +137,9 @@ def is_draining(view: View) -> bool:
 
 def processed(r: Request) -> int:
     """Tokens ``r`` has processed in its current incarnation: its KV under
-    memory (SPEC 7.1), 0 until it starts and again after a preemption."""
+    memory (SPEC 7.1), 0 until it starts and again after a preemption (a
+    request whose prompt arrived prefilled, ``Engine.call(prefilled=True)``,
+    counts that prompt from its arrival: it brings its KV along)."""
     return r.vp + r.vd - r.prefill_left - r.decode_left
 
 
