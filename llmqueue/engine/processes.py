@@ -202,14 +202,11 @@ class Engine:
         """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
         return an event that fires, with the :class:`Request` as its value,
         when its last token is done.  Ids number this engine's arrivals from 0.
-
-        ``prefilled``: its prompt was processed elsewhere and its KV arrives
-        with it (disaggregated serving): it prefills nothing and decodes at
-        once, and its ``vp`` tokens count as its KV (the blocks it takes at
-        its start, SPEC 7.1) and as its context (SPEC 8.2), not as work."""
+        ``prefilled``: its prompt's KV, made elsewhere, arrives with it: it holds
+        it from its start (SPEC 7.1) and reads it as context (8.2) but
+        prefills nothing (its work is ``vd``)."""
         r = Request(self.recorder.arrivals, vp, vd, klass)
-        if prefilled:
-            r.prefill_left = 0
+        r.prefill_left = 0 if prefilled else vp
         r.on_finished = self.env.event()
         self.submit(r)
 
@@ -253,8 +250,7 @@ class Engine:
 
     def _request(self, r: Request) -> Generator[simpy.Event, object, None]:
         """One request's life after admission: its prefill phase, then its
-        decode phase (the engine gives its slot back when it finishes:
-        :meth:`wake`)."""
+        decode phase (its slot goes back when it finishes: :meth:`wake`)."""
         if r.on_prefilled is not None:
             yield r.on_prefilled
         yield r.on_finished
