@@ -128,3 +128,24 @@ def test_disaggregated_decode_hops_hold_the_transferred_kv():
         assert m.preemptions == 0
         assert m.memory_area == r.vd * r.vp + r.vd * (r.vd + 1) // 2
     assert decode.summary["kv_mean"] > 100 * decode.summary["pending_mean"]
+
+
+@pytest.mark.parametrize("policy", ["sarathi", "vllm", "orca", "fastertransformer"])
+@pytest.mark.parametrize("kv", [
+    q.KV(capacity_tokens=40, preemption="swap", swap_tokens=100),
+    q.KV(capacity_tokens=40, restart="scratch"),
+    q.KV(capacity_tokens=64, block_size=16, admission="prompt"),
+    q.KV(capacity_tokens=48, block_size=8, admission="peak"),
+], ids=["swap", "scratch", "prompt-16", "peak-8"])
+def test_prefilled_and_local_requests_share_a_tight_cache(policy, kv):
+    """Prefilled and ordinary requests under every preemption, restart and
+    admission mode, with the invariants checked on every iteration: all
+    finish, and the iterations process their work (decode tokens, and the
+    prompts of the ordinary ones) plus exactly the recomputed tokens."""
+    calls = [(15, 10, True), (15, 10, True), (5, 6, False), (0, 4, False), (12, 3, True)]
+    result, _ = run_calls(calls, kv=kv, policy=policy, bmax=64)
+    s = result.summary
+    assert s["completed"] == len(calls)
+    work = sum(vd + (0 if prefilled else vp) for vp, vd, prefilled in calls)
+    processed = sum(b.decode_tokens + b.prefill_tokens for b in result.batch_log)
+    assert processed == work + s["recomputed_tokens"]
