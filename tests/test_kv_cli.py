@@ -66,8 +66,19 @@ def test_networks_take_the_kv_keys_one_cache_per_engine(capsys):
     assert set(rows) == {"engine-0", "engine-1", "total"}
     for name in ("engine-0", "engine-1"):  # each replica reports its own cache
         assert MEMORY_KEYS <= set(rows[name]) and rows[name]["kv_max"] <= 20000
-    assert rows["total"]["preemptions"] == rows["engine-0"]["preemptions"] + \
-        rows["engine-1"]["preemptions"]
+    e0, e1, total = rows["engine-0"], rows["engine-1"], rows["total"]
+    assert total["preemptions"] == e0["preemptions"] + e1["preemptions"]
+    # the two caches together: integrals add, utilization is of both caches'
+    # blocks, per-request and per-iteration figures weigh each engine's counts
+    assert total["kv_mean"] == pytest.approx(e0["kv_mean"] + e1["kv_mean"])
+    assert total["kv_utilization"] == pytest.approx(
+        (e0["kv_utilization"] + e1["kv_utilization"]) / 2)
+    assert total["memory_area_mean"] == pytest.approx(
+        (e0["memory_area_mean"] * e0["completed"] + e1["memory_area_mean"] * e1["completed"])
+        / (e0["completed"] + e1["completed"]))
+    assert total["preemptions_per_iteration"] == pytest.approx(
+        total["preemptions"] / (e0["batches"] + e1["batches"]))
+    assert "kv_max" not in total  # the maximum of a sum is not the engines' maxima
     plain = run_json(capsys, "run", "parallel", "--set", "engines=2", "--horizon", "20")
     assert not MEMORY_KEYS & set(plain["rows"][0])
 

@@ -30,7 +30,7 @@ commit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from llmqueue.common.units import UNLIMITED, to_seconds
 from llmqueue.engine.kv import KV
@@ -317,25 +317,48 @@ class MemoryRecorder:
                 ) -> Dict[str, object]:
         """The summary figures of SPEC 7.7 and 9 over ``[origin, end]``, given the
         run's completed requests, iterations and processed tokens there."""
-        span = end - self._origin
-        seconds = to_seconds(span)
-        figures: Dict[str, object] = {
-            "throughput_requests_per_s": completed / seconds if span else None,
-            "preemptions": self.preemptions,
-            "preemptions_per_iteration": self.preemptions / batches if batches else None,
-            "iterations_with_preemption": (self.preempted_iterations / batches
-                                           if batches else None),
-            "recomputed_tokens": self.recomputed,
-            "recompute_fraction": self.recomputed / processed if processed else None,
-            "kv_mean": self._tokens_area / span if span else None,
-            "kv_max": self.tokens_max,
-            "kv_utilization": (self._blocks_area / span / self.kv.blocks if span else None),
-            "ignored": self.ignored,
-            "memory_area_mean": self.area_sum / self.area_count if self.area_count else None,
-        }
-        if self.kv.preemption == "swap":  # kv_swap's figures, only where it swaps
-            figures.update(swap_outs=self.swap_outs, swapped_out_tokens=self.swapped_out_tokens,
-                           swap_ins=self.swap_ins, swapped_in_tokens=self.swapped_in_tokens,
-                           swap_fallbacks=self.swap_fallbacks,
-                           swap_seconds=to_seconds(self.swap_ticks), swap_max=self.swap_max)
-        return figures
+        return memory_figures([self], end, completed, batches, processed)
+
+
+def memory_figures(recorders: Sequence[MemoryRecorder], end: int, completed: int,
+                   batches: int, processed: int) -> Dict[str, object]:
+    """The memory figures of one engine's recorder, or of several engines'
+    together (a pool or a network's total: ``completed``, ``batches`` and
+    ``processed`` theirs together): counts and integrals add up, utilization
+    is of all their blocks, and the maxima (of the KV in use, of the swap
+    pool), which are not those of a sum, are an engine's own only."""
+    origins = {r._origin for r in recorders}
+    assert len(origins) == 1, "engines of one clock restart together"
+    span = end - origins.pop()
+    seconds = to_seconds(span)
+    preemptions = sum(r.preemptions for r in recorders)
+    recomputed = sum(r.recomputed for r in recorders)
+    counted = sum(r.area_count for r in recorders)
+    figures: Dict[str, object] = {
+        "throughput_requests_per_s": completed / seconds if span else None,
+        "preemptions": preemptions,
+        "preemptions_per_iteration": preemptions / batches if batches else None,
+        "iterations_with_preemption": (sum(r.preempted_iterations for r in recorders)
+                                       / batches if batches else None),
+        "recomputed_tokens": recomputed,
+        "recompute_fraction": recomputed / processed if processed else None,
+        "kv_mean": sum(r._tokens_area for r in recorders) / span if span else None,
+    }
+    if len(recorders) == 1:
+        figures["kv_max"] = recorders[0].tokens_max
+    figures.update(
+        kv_utilization=(sum(r._blocks_area for r in recorders) / span
+                        / sum(r.kv.blocks for r in recorders) if span else None),
+        ignored=sum(r.ignored for r in recorders),
+        memory_area_mean=sum(r.area_sum for r in recorders) / counted if counted else None)
+    swapping = [r for r in recorders if r.kv.preemption == "swap"]
+    if swapping:  # kv_swap's figures, only where it swaps
+        figures.update(swap_outs=sum(r.swap_outs for r in swapping),
+                       swapped_out_tokens=sum(r.swapped_out_tokens for r in swapping),
+                       swap_ins=sum(r.swap_ins for r in swapping),
+                       swapped_in_tokens=sum(r.swapped_in_tokens for r in swapping),
+                       swap_fallbacks=sum(r.swap_fallbacks for r in swapping),
+                       swap_seconds=to_seconds(sum(r.swap_ticks for r in swapping)))
+        if len(recorders) == 1:
+            figures["swap_max"] = recorders[0].swap_max
+    return figures

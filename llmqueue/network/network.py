@@ -22,7 +22,7 @@ from llmqueue.common import limits, validation
 from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
 from llmqueue.engine.kv import KV
-from llmqueue.engine.kv_recorder import MemoryRecorder
+from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
@@ -245,22 +245,17 @@ def _engine_result(engine: Engine, end: int) -> Result:
     memory = recorder.memory
     if memory is not None:
         params["kv"] = repr(engine.kv)
-        summary = summary.with_figures(**_memory(engine, end))
+        summary = summary.with_figures(**_memory([engine], end))
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   kv_log=memory.log if memory is not None else None)
 
 
-def _memory(engine: Engine, end: int) -> Dict[str, object]:
-    """The memory figures of SPEC 7.7 of an engine with a KV cache."""
-    rec = engine.recorder
-    return rec.memory.figures(end, rec.completed, rec.batches,
-                              rec.decode_tokens + rec.prefill_tokens)
-
-
-#: Memory figures that add up over the engines of a network (its total rows).
-_MEMORY_SUMS = ("preemptions", "recomputed_tokens", "ignored", "kv_mean", "swap_outs",
-                "swapped_out_tokens", "swap_ins", "swapped_in_tokens", "swap_fallbacks",
-                "swap_seconds")
+def _memory(engines: Sequence[Engine], end: int) -> Dict[str, object]:
+    """The memory figures of SPEC 7.7 of engines with a KV cache, together."""
+    recs = [e.recorder for e in engines]
+    return memory_figures([r.memory for r in recs if r.memory is not None], end,
+                          sum(r.completed for r in recs), sum(r.batches for r in recs),
+                          sum(r.decode_tokens + r.prefill_tokens for r in recs))
 
 
 def _load(summary: Summary, cap: Optional[float], recorder: Recorder
@@ -306,10 +301,8 @@ def combine(engines: List[Engine], end: int) -> Result:
     cap = None if len(known) < len(caps) else sum(known)
     summary = summary.with_figures(**_load(summary, cap, total))
     caches = [e for e in engines if e.kv is not None]
-    if caches:  # sums over the engines with a cache (ignored requests close the count)
-        figures = [_memory(e, end) for e in caches]
-        summary = summary.with_figures(**{key: sum(f[key] or 0 for f in figures)  # type: ignore
-                                          for key in _MEMORY_SUMS if key in figures[0]})
+    if caches:  # the engines with a cache together (ignored requests close the count)
+        summary = summary.with_figures(**_memory(caches, end))
     requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
     logs = [e.recorder.batch_log for e in engines]
     kept = [log for log in logs if log is not None]
