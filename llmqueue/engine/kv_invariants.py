@@ -25,12 +25,19 @@ After an iteration (``plan=None``) the same, with nothing planned.
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Dict, Optional, Tuple
 
 from llmqueue.common.units import ceil_div
 from llmqueue.engine.errors import InvariantError
 from llmqueue.engine.kv import KV, is_started, kv_tokens
 from llmqueue.policies.view import Plan
+
+
+def asked() -> bool:
+    """Whether the environment asks every engine to check the invariants
+    (``LLMQUEUE_CHECK_INVARIANTS`` set to anything but ``0``)."""
+    return os.environ.get("LLMQUEUE_CHECK_INVARIANTS", "") not in ("", "0")
 
 
 def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN001

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Generator, Iterable, Optional
 
 import numpy as np
@@ -12,6 +11,7 @@ from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import PAST_END, delay_until, now_ticks
 from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.kv_recorder import MemoryRecorder
 from llmqueue.engine.processes import Diverged, Engine
@@ -88,7 +88,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     if kv is not None:
         recorder.memory = MemoryRecorder(kv, batches=batches, timeseries=timeseries)
     if check_invariants is None:
-        check_invariants = os.environ.get("LLMQUEUE_CHECK_INVARIANTS", "") not in ("", "0")
+        check_invariants = invariants_asked()
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead, max_pending=max_pending, kv=kv,
                     check_invariants=bool(check_invariants))

@@ -22,6 +22,7 @@ from llmqueue.common import limits, validation
 from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
 from llmqueue.engine.kv import KV
+from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.processes import ROUTING, Engine
@@ -97,7 +98,8 @@ class Network:
         # timeout would be ordered differently among other engines' events at the
         # instant it ends, changing who reaches the next engine first
         engine = Engine(self.env, make_policy(policy, chunked=chunked), bmax=bmax, kmax=kmax,
-                        latency=latency, recorder=recorder, skip_ahead=False, name=name, kv=kv)
+                        latency=latency, recorder=recorder, skip_ahead=False, name=name, kv=kv,
+                        check_invariants=invariants_asked())
         self.engines[name] = engine
         return engine
 
