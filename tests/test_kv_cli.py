@@ -59,6 +59,20 @@ def test_bad_kv_settings_are_refused(capsys, setting, message):
     assert message in capsys.readouterr().err
 
 
+def test_the_text_table_shows_memory_where_a_cache_ran(capsys):
+    """With a cache the default table adds KV used, KV max, preemptions and
+    the recomputed share, the figures of the row (not another run's)."""
+    assert main(["run", "single", "--set", "kv=40000", "--horizon", "60"]) == 0
+    header, _, row = capsys.readouterr().out.splitlines()[:3]
+    assert header.endswith("KV used  KV max  preempted  recomputed")
+    doc = run_json(capsys, "run", "single", "--set", "kv=40000", "--horizon", "60")["rows"][0]
+    cells = row.split()
+    assert cells[-4:] == [f"{doc['kv_utilization']:.0%}", str(doc["kv_max"]),
+                          str(doc["preemptions"]), f"{doc['recompute_fraction']:.1%}"]
+    assert main(["run", "single", "--horizon", "60"]) == 0
+    assert "KV used" not in capsys.readouterr().out
+
+
 def test_networks_take_the_kv_keys_one_cache_per_engine(capsys):
     doc = run_json(capsys, "run", "parallel", "--set", "engines=2", "--set", "kv=20000",
                    "--horizon", "20")

@@ -21,6 +21,14 @@ COLUMNS: List[Tuple[str, str, str]] = [
     ("completed", "done", "{:d}"),
 ]
 
+#: Columns the default table adds for rows with a KV cache (SPEC 7.7).
+MEMORY_COLUMNS: List[Tuple[str, str, str]] = [
+    ("kv_utilization", "KV used", "{:.0%}"),
+    ("kv_max", "KV max", "{:d}"),
+    ("preemptions", "preempted", "{:d}"),
+    ("recompute_fraction", "recomputed", "{:.1%}"),
+]
+
 
 def strict_json(doc: Any) -> str:
     """``doc`` as strict JSON (RFC 8259): ``NaN`` and infinities, which
@@ -86,8 +94,12 @@ def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],
     by default).  Scenario scripts print the same."""
     if checks is None:
         checks = experiment.checks(rows) if experiment.checks is not None else []
-    lines = [table([result.row(label) for label, result in rows],
-                   experiment.columns or COLUMNS)]
+    shown = [result.row(label) for label, result in rows]
+    columns = experiment.columns
+    if columns is None:  # the default table, with the memory figures where a cache ran
+        columns = COLUMNS + (MEMORY_COLUMNS if any("kv_utilization" in r for r in shown)
+                             else [])
+    lines = [table(shown, columns)]
     lines += [f"{'PASS' if c.passed else 'FAIL'}  {c.name}: {c.detail}" for c in checks]
     notes = (experiment.notes or drift_notes)(rows, dict(params))
     if notes:
