@@ -10,6 +10,7 @@ import pytest
 import llmqueue as q
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import disaggregated as dis
+from llmqueue.network.classes import by_class
 from llmqueue.network.network import Network
 
 
@@ -149,3 +150,14 @@ def test_prefilled_and_local_requests_share_a_tight_cache(policy, kv):
     work = sum(vd + (0 if prefilled else vp) for vp, vd, prefilled in calls)
     processed = sum(b.decode_tokens + b.prefill_tokens for b in result.batch_log)
     assert processed == work + s["recomputed_tokens"]
+
+
+def test_by_class_counts_the_tokens_served_here():
+    """by_class's tokens per second are the tokens served by the finished
+    requests: a prefilled one's decode tokens, not its prompt (served
+    elsewhere: a disaggregated job's prompt is counted once, on the prefill
+    engine)."""
+    result, _ = run_calls([(300, 20, True), (50, 30, False)])
+    row = by_class(result.request_log)[None]
+    end = max(r.finished for r in result.request_log)
+    assert row["tokens_per_s"] * end / 1e9 == pytest.approx(20 + 50 + 30)

@@ -63,7 +63,7 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
         if not is_started(r):
             # it holds nothing, but the KV of a prompt that arrived prefilled, which it
             # brings along when it starts (Engine.call)
-            brought = r.vp if r.prefill_left == 0 and not r.memory.preemptions else 0
+            brought = r.vp if r.prefilled and not r.memory.preemptions else 0
             if n or held != brought:
                 raise InvariantError(f"request {r.rid} is unstarted (no KV) but holds {held} "
                                      f"KV tokens or is served {n} tokens")

@@ -205,8 +205,7 @@ class Engine:
         ``prefilled``: its prompt's KV, made elsewhere, arrives with it: it holds
         it from its start (SPEC 7.1) and reads it as context (8.2) but
         prefills nothing (its work is ``vd``)."""
-        r = Request(self.recorder.arrivals, vp, vd, klass)
-        r.prefill_left = 0 if prefilled else vp
+        r = Request(self.recorder.arrivals, vp, vd, klass, prefilled=prefilled)
         r.on_finished = self.env.event()
         self.submit(r)
 

@@ -97,7 +97,8 @@ def by_class(requests: Iterable[Request], end: Optional[int] = None
             "pending_mean": sojourn / end if end else None,
             "pending_final": sum(1 for r in rs if r.arrival <= end
                                  and (r.finished is None or r.finished > end)),
-            "tokens_per_s": sum(r.vp + r.vd for r in done) / to_seconds(end) if end else None}
+            "tokens_per_s": sum(r.vd if r.prefilled else r.vp + r.vd for r in done)
+            / to_seconds(end) if end else None}
         for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
             row.update(named_percentiles(name, values))
         out[klass] = row

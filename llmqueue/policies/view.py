@@ -26,18 +26,20 @@ class Request:
     ticking the clock instead of touching each resident.
     """
 
-    __slots__ = ("rid", "seq", "klass", "vp", "vd", "prefill_left", "end_mark", "clock",
-                 "arrival", "admitted", "prefill_done", "first_token", "finished",
+    __slots__ = ("rid", "seq", "klass", "vp", "vd", "prefilled", "prefill_left", "end_mark",
+                 "clock", "arrival", "admitted", "prefill_done", "first_token", "finished",
                  "on_prefilled", "on_finished", "memory")
 
     def __init__(self, rid: Hashable, vp: int, vd: int, klass: Hashable = None,
-                 arrival: int = 0, seq: int = 0) -> None:
+                 arrival: int = 0, seq: int = 0, prefilled: bool = False) -> None:
         self.rid = rid
         self.seq = seq
         self.klass = klass
         self.vp = vp
         self.vd = vd
-        self.prefill_left = vp
+        self.prefilled = prefilled
+        """Its prompt's KV was made elsewhere and arrives with it: it prefills nothing."""
+        self.prefill_left = 0 if prefilled else vp
         self.clock = _NO_CLOCK
         self.end_mark = vd
         self.arrival = arrival
