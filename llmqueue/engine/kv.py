@@ -287,13 +287,11 @@ class KV:
         inline: this runs for every item of every batch choice)."""
         b = self.block_size
         if self.admission == "lazy":
-            if not started:  # it holds no block yet: blocks for its KV (0, or a prompt
-                # that arrived prefilled, :meth:`Engine.call`) and the tokens
-                return -((r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0] + tokens)
-                         // -b)
-            if b == 1:
+            if b == 1 and started:
                 return tokens  # a token of KV per token processed
             x = r.vp + r.vd - r.prefill_left - r.end_mark + r.clock[0]
+            if not started:  # it holds no block yet: blocks for its KV (0, or a prompt
+                return -((x + tokens) // -b)  # that arrived prefilled) and the tokens
             return x // -b - (x + tokens) // -b
         if self.admission == "prompt":  # the current prompt is reserved at the start
             x = r.vp + r.vd - r.end_mark + r.clock[0]
