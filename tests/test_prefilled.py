@@ -4,6 +4,7 @@ serving).  They prefill nothing, hold their prompt's KV from their start, read
 it as context, and bring only their decode tokens as work."""
 
 import math
+from collections import Counter
 
 import pytest
 
@@ -161,3 +162,23 @@ def test_by_class_counts_the_tokens_served_here():
     row = by_class(result.request_log)[None]
     end = max(r.finished for r in result.request_log)
     assert row["tokens_per_s"] * end / 1e9 == pytest.approx(20 + 50 + 30)
+
+
+def test_a_pools_batch_log_keeps_each_engines_kv_rows_beside_its_batches():
+    """Two engines with caches, one serving a prefilled request: the combined
+    batch log (merged by start time) carries every engine's KV row beside the
+    batch it belongs to, so `--batches` of a network run has the KV columns."""
+    net = Network(batches=True)
+    a = net.add_engine("a", bmax=128, kmax=None, latency=q.Constant(1.0),
+                       kv=q.KV(capacity_tokens=160, block_size=16))
+    b = net.add_engine("b", bmax=128, kmax=None, latency=q.Constant(0.7),
+                       kv=q.KV(capacity_tokens=1000))
+    a.call(100, 10, prefilled=True)
+    b.call(20, 5)
+    net.run()
+    both = net.combine(["a", "b"])
+    own = [pair for e in (a, b) for pair in zip(e.recorder.batch_log, e.recorder.memory.log)]
+    assert Counter(zip(both.batch_log, both.kv_log)) == Counter(own)
+    assert [row.start for row in both.batch_log] == sorted(row.start for row, _ in own)
+    assert {kv.kv_tokens for row, kv in zip(both.batch_log, both.kv_log)
+            if row.decode == (0,) and row.duration == 10**9} == set(range(101, 111))

@@ -23,11 +23,11 @@ from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
-from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
+from llmqueue.engine.kv_recorder import KVBatch, MemoryRecorder, memory_figures
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
-from llmqueue.engine.results import Result, Summary
+from llmqueue.engine.results import Batch, Result, Summary
 from llmqueue.models.latency import LatencyModel
 from llmqueue.models.workload import Arrival
 from llmqueue.network.classes import by_class
@@ -306,11 +306,26 @@ def combine(engines: List[Engine], end: int) -> Result:
     if caches:  # the engines with a cache together (ignored requests close the count)
         summary = summary.with_figures(**_memory(caches, end))
     requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
+    batches, kv_log = _batches(engines)
+    return Result(summary, {"engines": [e.name for e in engines]}, batches, requests, series,
+                  kv_log=kv_log)
+
+
+def _batches(engines: Sequence[Engine]) -> Tuple[Optional[List[Batch]], Optional[List[KVBatch]]]:
+    """The engines' batch logs merged by start time (``None`` unless every engine
+    keeps one), and, when every engine has a cache, their KV rows beside them."""
     logs = [e.recorder.batch_log for e in engines]
+    kv_logs = [e.recorder.memory.log if e.recorder.memory is not None else None
+               for e in engines]
     kept = [log for log in logs if log is not None]
-    batches = None if len(kept) < len(logs) else sorted((row for log in kept for row in log),
-                                                        key=lambda row: row[0])
-    return Result(summary, {"engines": [e.name for e in engines]}, batches, requests, series)
+    if len(kept) < len(logs):
+        return None, None
+    kv_kept = [kvs for kvs in kv_logs if kvs is not None]
+    if len(kv_kept) < len(kv_logs):
+        return sorted((row for log in kept for row in log), key=lambda row: row[0]), None
+    rows = sorted((pair for log, kvs in zip(kept, kv_kept) for pair in zip(log, kvs)),
+                  key=lambda pair: pair[0][0])
+    return [row for row, _ in rows], [kv for _, kv in rows]
 
 
 def _kept(log: Optional[List[T]]) -> List[T]:
