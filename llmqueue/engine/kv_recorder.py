@@ -35,6 +35,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 from llmqueue.common.units import UNLIMITED, to_seconds
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_blocks import Growth
+from llmqueue.engine.recorder import Recorder
 
 
 class KVBatch(NamedTuple):
@@ -313,20 +314,18 @@ class MemoryRecorder:
         """Extend the integrals to ``end``."""
         self.level(end, self.tokens, self.blocks, False)
 
-    def figures(self, end: int, completed: int, batches: int, processed: int
-                ) -> Dict[str, object]:
-        """The summary figures of SPEC 7.7 and 9 over ``[origin, end]``, given the
-        run's completed requests, iterations and processed tokens there."""
-        return memory_figures([self], end, completed, batches, processed)
 
-
-def memory_figures(recorders: Sequence[MemoryRecorder], end: int, completed: int,
-                   batches: int, processed: int) -> Dict[str, object]:
-    """The memory figures of one engine's recorder, or of several engines'
-    together (a pool or a network's total: ``completed``, ``batches`` and
-    ``processed`` theirs together): counts and integrals add up, utilization
-    is of all their blocks, and the maxima (of the KV in use, of the swap
-    pool), which are not those of a sum, are an engine's own only."""
+def memory_figures(engines: Sequence[Recorder], end: int) -> Dict[str, object]:
+    """The summary figures of SPEC 7.7 and 9 over ``[origin, end]`` of an
+    engine with a KV cache (its :class:`Recorder`, whose ``memory`` is a
+    :class:`MemoryRecorder`), or of several such engines together (a pool or
+    a network's total): counts and integrals add up, utilization is of all
+    their blocks, and the maxima (of the KV in use, of the swap pool), which
+    are not those of a sum, are an engine's own only."""
+    recorders: List[MemoryRecorder] = [e.memory for e in engines]
+    completed = sum(e.completed for e in engines)
+    batches = sum(e.batches for e in engines)
+    processed = sum(e.decode_tokens + e.prefill_tokens for e in engines)
     origins = {r._origin for r in recorders}
     assert len(origins) == 1, "engines of one clock restart together"
     span = end - origins.pop()

@@ -13,7 +13,7 @@ from llmqueue.engine.clock import PAST_END, delay_until, now_ticks
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_residents import MemoryResidents
-from llmqueue.engine.kv_recorder import MemoryRecorder
+from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
 from llmqueue.engine.processes import Diverged, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
@@ -139,9 +139,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     memory = recorder.memory
     if memory is not None:
         params["kv"] = repr(kv)
-        summary = summary.with_figures(**memory.figures(
-            end, recorder.completed, recorder.batches,
-            recorder.decode_tokens + recorder.prefill_tokens))
+        summary = summary.with_figures(**memory_figures([recorder], end))
         if isinstance(pol, Wait):  # its quotas should never let memory overflow
             summary = summary.with_figures(threshold_error=memory.preemptions)
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,

@@ -247,17 +247,9 @@ def _engine_result(engine: Engine, end: int) -> Result:
     memory = recorder.memory
     if memory is not None:
         params["kv"] = repr(engine.kv)
-        summary = summary.with_figures(**_memory([engine], end))
+        summary = summary.with_figures(**memory_figures([recorder], end))
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
                   kv_log=memory.log if memory is not None else None)
-
-
-def _memory(engines: Sequence[Engine], end: int) -> Dict[str, object]:
-    """The memory figures of SPEC 7.7 of engines with a KV cache, together."""
-    recs = [e.recorder for e in engines]
-    return memory_figures([r.memory for r in recs if r.memory is not None], end,
-                          sum(r.completed for r in recs), sum(r.batches for r in recs),
-                          sum(r.decode_tokens + r.prefill_tokens for r in recs))
 
 
 def _load(summary: Summary, cap: Optional[float], recorder: Recorder
@@ -304,7 +296,7 @@ def combine(engines: List[Engine], end: int) -> Result:
     summary = summary.with_figures(**_load(summary, cap, total))
     caches = [e for e in engines if e.kv is not None]
     if caches:  # the engines with a cache together (ignored requests close the count)
-        summary = summary.with_figures(**_memory(caches, end))
+        summary = summary.with_figures(**memory_figures([e.recorder for e in caches], end))
     requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
     batches, kv_log = _batches(engines)
     return Result(summary, {"engines": [e.name for e in engines]}, batches, requests, series,
