@@ -8,6 +8,11 @@ counters, no metrics.
 It shows what the design card itself costs on a workload: llmqueue's engine
 cannot be much faster than this without changing the card's event pattern.
 Same model and numbers as :mod:`benchmarks.plain`.
+
+:func:`events_only` is the card's floor: the events every request costs
+under it (its arrival, its process, taking a slot, the ends of its two
+phases, giving the slot back) with no scheduler and no iteration at all.
+No engine of the card can run a workload in less time than that.
 """
 
 from __future__ import annotations
@@ -88,3 +93,32 @@ def run(rows: Sequence[Tuple[float, int, int]], bmax: int = 512, kmax: int = 256
     env.process(scheduler())
     env.run()
     return counts[0], counts[1], int(env.now)
+
+
+def events_only(rows: Sequence[Tuple[float, int, int]], kmax: int = 256) -> int:
+    """The design card's per-request events for ``rows`` and nothing else:
+    each request arrives, becomes a process, takes a slot, yields on a
+    prefill and a decode phase (1 ns each: the pool never binds) and gives
+    the slot back; no scheduler, no batch, no iteration.  Returns how many
+    requests ended."""
+    env = simpy.Environment()
+    pool = simpy.Container(env, capacity=kmax, init=kmax)
+    ended = [0]
+
+    def request() -> Generator[simpy.Event, object, None]:
+        yield pool.get(1)
+        yield env.timeout(1)  # its prefill phase
+        yield env.timeout(1)  # its decode phase
+        yield pool.put(1)
+        ended[0] += 1
+
+    def arrivals() -> Generator[simpy.Event, object, None]:
+        for a, _, _ in rows:
+            at = round(a * 1e9)
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            env.process(request())
+
+    env.process(arrivals())
+    env.run()
+    return ended[0]

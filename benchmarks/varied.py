@@ -11,7 +11,12 @@ first ``reference_requests`` requests.  For the Sarathi-on-staircase cases
 it also runs :mod:`benchmarks.plain` (an independent plain stepper, what an
 outside reader writes) and :mod:`benchmarks.skeleton` (the design card in
 bare SimPy: a timeout per iteration, a process per request) on the same
-requests, and checks that all agree on the iterations and the end time.
+requests, and checks that all agree on the iterations and the end time;
+``floor/plain`` is the time of the card's per-request events alone
+(:func:`benchmarks.skeleton.events_only`: no scheduler, no iteration) as a
+share of the plain stepper's (a run at ``s`` times the plain stepper's speed
+has ``1 / s`` of its time: at most ``1 / s - floor/plain`` of it is left for
+forming, running and recording the iterations).
 
 The cases: the issue's workload (Poisson at 0.85 of sarathi-512's capacity,
 lognormal prompts of median 600, sigma 0.9, and outputs of median 150, sigma
@@ -170,9 +175,12 @@ def measure(case: Case, runs: int) -> str:
         bmax, kmax = case.bmax or 0, case.kmax or 0
         plain_s, got = best_of(runs, lambda: plain.run(rows, bmax, kmax))
         skel_s, skel = best_of(1, lambda: skeleton.run(rows, bmax, kmax))
+        floor_s, ended = best_of(runs, lambda: skeleton.events_only(rows, kmax))
         want = (summary["batches"], summary["completed"], round(summary["duration"] * 1e9))
         assert got == want == skel, f"plain {got} skeleton {skel} llmqueue {want}"
-        line += f" {plain_s / seconds:>7.2f}x {skel_s / seconds:>10.2f}x"
+        assert ended == len(rows), "the floor ends every request"
+        line += (f" {plain_s / seconds:>7.2f}x {skel_s / seconds:>10.2f}x"
+                 f" {floor_s / plain_s:>10.2f}")
     return line
 
 
@@ -183,7 +191,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="best of this many runs")
     args = parser.parse_args()
     print(f"{'case':<44} {'iterations':>10} {'s':>7} {'it/s':>9} {'req/s':>8} {'MB':>6} "
-          f"{'vs ref':>7} {'vs plain':>8} {'vs skeleton':>11}")
+          f"{'vs ref':>7} {'vs plain':>8} {'vs skeleton':>11} {'floor/plain':>11}")
     for case in cases(args.quick):
         print(measure(case, args.runs), flush=True)
 

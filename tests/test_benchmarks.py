@@ -34,3 +34,9 @@ def test_plain_and_skeleton_agree_with_the_engine(seed):
 def test_the_issue_workload_agrees():
     rows = lognormal_rows(1500)
     assert plain.run(rows) == skeleton.run(rows) == engine(rows, 512, 256)
+
+
+def test_the_design_card_floor_ends_every_request():
+    rows = lognormal_rows(400)
+    assert skeleton.events_only(rows, kmax=1) == len(rows)
+    assert skeleton.events_only(rows[:0]) == 0
