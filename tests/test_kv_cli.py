@@ -73,6 +73,24 @@ def test_the_text_table_shows_memory_where_a_cache_ran(capsys):
     assert "KV used" not in capsys.readouterr().out
 
 
+def test_the_text_table_counts_requests_that_can_never_fit(capsys):
+    """Prompts of up to 2000 tokens and a cache of 1500: those with
+    vp + vd > 1500 are ignored (SPEC 7.1), and the table says how many, in a
+    column of its own and in a note beside the verdict."""
+    argv = ["run", "single", "--set", "kv=1500", "--set", "vp=uniform:100:2000",
+            "--set", "vd=uniform:1:100", "--horizon", "60"]
+    with pytest.warns(UserWarning, match="can never fit"):
+        assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    with pytest.warns(UserWarning):
+        doc = run_json(capsys, *argv)["rows"][0]
+    assert 0 < doc["ignored"] < doc["arrivals"]
+    assert out[0].endswith("recomputed  ignored")
+    assert out[2].split()[-1] == str(doc["ignored"])
+    assert any(f"{doc['ignored']} of {doc['arrivals']} requests ignored" in line
+               for line in out)
+
+
 def test_networks_take_the_kv_keys_one_cache_per_engine(capsys):
     doc = run_json(capsys, "run", "parallel", "--set", "engines=2", "--set", "kv=20000",
                    "--horizon", "20")

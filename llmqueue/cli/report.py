@@ -29,6 +29,9 @@ MEMORY_COLUMNS: List[Tuple[str, str, str]] = [
     ("recompute_fraction", "recomputed", "{:.1%}"),
 ]
 
+#: The column the default table adds when a cache rejected requests that can never fit it.
+IGNORED_COLUMN: Tuple[str, str, str] = ("ignored", "ignored", "{:d}")
+
 
 def strict_json(doc: Any) -> str:
     """``doc`` as strict JSON (RFC 8259): ``NaN`` and infinities, which
@@ -77,6 +80,9 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
             out.append(f"{label}: diverged: {s['pending_final']} requests pending at "
                        f"t = {s['diverged_at']:.2f} s (the run stopped there)")
             continue
+        if s.get("ignored"):
+            out.append(f"{label}: {s['ignored']} of {s['arrivals']} requests ignored: they "
+                       "can never fit the KV cache (SPEC 7.1), and the figures are of the others")
         if s.get("verdict") is None or s.get("backlog_slope") is None:
             continue
         theory = "" if s.get("predicted") is None else \
@@ -99,6 +105,8 @@ def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],
     if columns is None:  # the default table, with the memory figures where a cache ran
         columns = COLUMNS + (MEMORY_COLUMNS if any("kv_utilization" in r for r in shown)
                              else [])
+        if any(r.get("ignored") for r in shown):
+            columns = columns + [IGNORED_COLUMN]
     lines = [table(shown, columns)]
     lines += [f"{'PASS' if c.passed else 'FAIL'}  {c.name}: {c.detail}" for c in checks]
     notes = (experiment.notes or drift_notes)(rows, dict(params))
