@@ -124,6 +124,20 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, fragment):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``llmqueue list | head -1``: once the pipe's reader is gone the command
+    stops with 141 (128 + SIGPIPE) and prints nothing more, neither an error
+    nor a traceback at the interpreter's exit."""
+    proc = subprocess.Popen([sys.executable, "-m", "llmqueue", "list"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=os.path.dirname(__file__))
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # gone before the command writes (it takes a while to start)
+    err = proc.stderr.read()
+    assert proc.wait() == 141, err
+    assert err == b""
+
+
 def test_malformed_trace_row_names_file_and_line(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("arrival,prefill,decode\n0.0,100,5\n0.5,abc,3\n")

@@ -31,7 +31,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar."""
     from llmqueue import __version__
-    parser = _Parser(prog="llmqueue", description=__doc__)
+    parser = _Parser(prog="llmqueue", description=(
+        "Simulate how LLM inference servers schedule work (a SimPy queueing model). "
+        "Start with 'llmqueue list', then 'llmqueue run NAME' ('llmqueue run NAME -h' "
+        "lists its parameters)."))
     parser.add_argument("--version", action="version", version=f"llmqueue {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="scenarios and schedulers, one line each")
@@ -307,6 +310,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             cmd_capacity(args)
         else:
             cmd_run(args)
+    except BrokenPipeError:  # the reader went away (``llmqueue list | head -1``)
+        _quiet_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a tool stopped by a closed pipe
     except (ValueError, OSError, OverflowError) as exc:
         text = " ".join(str(exc).splitlines())  # one line, whatever a file name holds
         print(f"llmqueue: error: {text}", file=sys.stderr)
@@ -317,6 +323,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         warnings.formatwarning = shown
     return 0
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's last
+    flush of what the closed pipe did not take raises nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file behind it (a captured stdout)
+        pass
 
 
 def _user_modules_last() -> None:
