@@ -6,8 +6,8 @@ import itertools
 import pytest
 
 from llmqueue.engine.gate import KVOverflow, gate
-from llmqueue.engine.kv import FRESH, KV
-from llmqueue.policies.view import Plan, Request
+from llmqueue.engine.kv import KV
+from llmqueue.policies.view import FRESH, PREEMPTED, Plan, Request
 
 
 def req(rid, vp, vd, prefill_left=None, decoded=0, start=None):
@@ -120,6 +120,30 @@ def test_new_starts_stop_at_the_first_that_does_not_fit():
     # with room for U1 both start, in proposal order
     g = gate(Plan([], [(u1, 50), (u2, 5)]), LAZY, 60, 1000, [])
     assert g.starts == [u1, u2] and g.free == 5
+
+
+def test_new_starts_follow_the_wait_line_across_decodes_and_prompts():
+    """A plan lists its decodes apart from its chunks; pass 2 starts the
+    unstarted ones in the wait line's order all the same (SPEC 7.2, 7.3 step
+    4): a preempted request waiting to recompute (P, key PREEMPTED) before
+    later admissions without a prompt to prefill (D1, D2: an unstarted decoder
+    holds nothing and needs a block for its first token)."""
+    a = req("A", 10, 5, prefill_left=0, decoded=2, start=0)   # kv 12, decodes: 1 block
+    d1 = req("D1", 0, 5, prefill_left=0)                        # unstarted decoders,
+    d2 = req("D2", 0, 5, prefill_left=0)                        # admitted after P ...
+    p = req("P", 40, 5, prefill_left=40)
+    p.seq = PREEMPTED                                            # ... which was preempted
+    # free 42: A takes 1 -> 41; P's 40 -> 1; D1 takes the last block; D2 waits
+    g = gate(Plan([a, d1, d2], [(p, 40)]), LAZY, 42, 128, started_order(a))
+    assert ids(g.plan) == (["A", "D1"], [("P", 40)])
+    assert g.starts == [p, d1]
+    # free 40: A -> 39; P's 40 does not fit and stops the line: D1 and D2 wait behind it
+    g = gate(Plan([a, d1, d2], [(p, 40)]), LAZY, 40, 128, started_order(a))
+    assert ids(g.plan) == (["A"], [])
+    assert g.starts == [] and g.free == 39
+    # a prefill-first proposal gives the same line
+    g = gate(Plan([a, d1, d2], [(p, 40)]), LAZY, 42, 128, started_order(a), prefill_first=True)
+    assert g.starts == [p, d1]
 
 
 def test_whole_prompts_are_never_cut_and_block_the_line():

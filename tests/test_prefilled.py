@@ -13,6 +13,8 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import disaggregated as dis
 from llmqueue.network.classes import by_class
 from llmqueue.network.network import Network
+from llmqueue.network.workflows import start_jobs
+from llmqueue.policies.view import FRESH, IDLE, Request, SimpleView
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +184,53 @@ def test_a_pools_batch_log_keeps_each_engines_kv_rows_beside_its_batches():
     assert [row.start for row in both.batch_log] == sorted(row.start for row, _ in own)
     assert {kv.kv_tokens for row, kv in zip(both.batch_log, both.kv_log)
             if row.decode == (0,) and row.duration == 10**9} == set(range(101, 111))
+
+
+@pytest.mark.parametrize("vp, prefilled", [(300, True), (0, False)])
+def test_a_preempted_request_is_never_overtaken_by_later_arrivals(vp, prefilled):
+    """Requests of one size, FCFS under a cache that preempts: a preempted
+    request waits at the head of the line (SPEC 7.3 step 4), so nobody who
+    arrived after it starts before it and the requests finish in arrival
+    order.  Later arrivals that bring nothing to prefill (prefilled, or no
+    prompt) are unstarted decoders; they used to start ahead of it, and the
+    preempted requests then never came back."""
+    net = Network(seed=1)
+    engine = net.add_engine("dec", "sarathi", bmax=512, kmax=None,
+                            kv=q.KV(capacity_tokens=1000))
+
+    def job(ctx):
+        yield ctx.call("dec", vp, 200, prefilled=prefilled)
+
+    start_jobs(net, job, rate=0.5, seed=1)
+    net.run(horizon=300)
+    memory = engine.recorder.memory
+    done = sorted(r.id for r in net.combine(["dec"]).requests() if r.finished is not None)
+    assert memory.preemptions > 10
+    assert len(done) > 40 and done == list(range(len(done)))
+
+
+def test_wait_starts_requests_that_arrive_prefilled():
+    """WAIT's unstarted residents are those holding no KV: a prefilled request
+    waiting for its start counts towards the quota (it used to count as
+    started, so WAIT never became ready and idled for ever)."""
+    started = Request("S", 10, 5, seq=0)
+    started.prefill_left = 0
+    started.decode_left = 3  # decoded 2: holds 12 tokens
+    fresh = [Request(f"P{i}", 100, 10, seq=FRESH + i, prefilled=True) for i in range(2)]
+    view = SimpleView([started, *fresh], [])
+    plan = q.Wait(n=2).plan(view, 128)
+    assert [r.rid for r in plan.decode] == ["S", "P0", "P1"] and plan.prefill == []
+    assert q.Wait(n=3).plan(view, 128) is IDLE  # not ready: two of three
+
+
+def test_wait_serves_a_decode_pool_of_prefilled_requests():
+    """A WAIT engine fed prefilled requests (a disaggregated decode pool)
+    runs them all: 12 calls of (1000, 100), quota 4, a cache for about 5.
+    Once the network has nothing else to do the engine drains (SPEC 7.5):
+    the last group (3 < 4) starts too, instead of idling for ever."""
+    result, _ = run_calls([(1000, 100, True)] * 12, kv=q.KV(capacity_tokens=5600),
+                          policy=q.Wait(n=4))
+    s = result.summary
+    assert s["completed"] == 12 and s["preemptions"] == 0
+    assert sum(b.decode_tokens for b in result.batch_log) == 12 * 100
+    assert sum(b.prefill_tokens for b in result.batch_log) == 0

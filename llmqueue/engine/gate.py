@@ -9,14 +9,22 @@ A policy proposes as in section 3, with no token budget; the gate charges
   blocks are free, the started resident with the latest (re)start that the
   pass has not yet allocated is preempted (its blocks come free); if that
   victim is the item's own resident, the item is dropped and pass 1 ends;
-* **pass 2**, new starts, in proposal order, only when pass 1 preempted
-  nobody: each starts if ``free - need >= reserve`` (the watermark); the
-  first that does not stops all further new starts (head of line).
+* **pass 2**, new starts, only when pass 1 preempted nobody, in the wait
+  line's order: the proposal's decode items and its prefill items, each
+  list in proposal order, merged by the residents' order keys (preempted
+  first, then by admission, SPEC 7.2); each starts if
+  ``free - need >= reserve`` (the watermark); the first that does not stops
+  all further new starts (head of line).  A plan lists its decodes apart
+  from its chunks, so "proposal order" alone would put every unstarted
+  decoder (a request without a prompt to prefill: ``vp = 0``, or one that
+  arrived prefilled) ahead of a preempted request waiting to recompute,
+  which SPEC 7.3 step 4 keeps at the head of the line.
 
 The budget: an item bigger than what is left of ``bmax`` is cut to it when
 prompts may be chunked; a whole prompt that does not fit is skipped in pass 1
-and stops pass 2.  "Proposal order" reads a plan as its decodes, then its
-prefill chunks (the other way round for a prefill-first policy, ``orca``).
+and stops pass 2.  Pass 1's "proposal order" reads a plan as its decodes,
+then its prefill chunks (the other way round for a prefill-first policy,
+``orca``).
 
 :func:`gate` is a pure function of the proposal, the residents' states and
 the free blocks: it changes nothing and returns what to do (:class:`Gated`).
@@ -25,13 +33,18 @@ The engine preempts the victims, starts the new starts and allocates.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+import heapq
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from llmqueue.engine.kv import KV, UNSTARTED, is_started
-from llmqueue.policies.view import Plan, Request
+from llmqueue.engine.kv import KV, is_started
+from llmqueue.policies.view import UNSTARTED, Plan, Request
 
 #: The started residents, oldest (re)start first, or a function giving them.
 StartedOrder = Union[Sequence[Request], Callable[[], Sequence[Request]]]
+
+
+def _seq(r: Request) -> int:
+    return r.seq
 
 
 class KVOverflow(ValueError):
@@ -85,7 +98,7 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
     if not walk.victims:
         fresh = () if decode_need is not None else decode
         left, free, blocks = _pass_two(fresh, prefill, kv, free, left, blocks, chunked,
-                                       prefill_first, starts, accepted)
+                                       starts, accepted)
     if walk.all_decoders:  # every decode item is started and was accepted
         out_decode: Sequence[Request] = decode
     else:
@@ -151,13 +164,6 @@ def quick_gate(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
             accepted = {id(r): n for r, n in ours}  # proposal order, interleaved
             ours = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
     return Gated(Plan(decode, ours), [], starts, blocks, free)
-
-
-def _items(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
-           prefill_first: bool) -> List[Tuple[Request, int, bool]]:
-    dec = [(r, 1, True) for r in decode]
-    pre = [(r, n, False) for r, n in prefill]
-    return pre + dec if prefill_first else dec + pre
 
 
 class _PassOne:
@@ -237,8 +243,22 @@ class _PassOne:
         return victim is r
 
 
+def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
+              key: Callable[[Request], Any]) -> List[Tuple[Request, int, bool]]:
+    """The unstarted items of a proposal as one line ``(resident, tokens, is a
+    decode)``: its ``decode`` and its ``prefill`` items, each in proposal
+    order, merged by ``key`` of their residents (their order keys: preempted
+    first, then by admission).  The built-in policies list both in that order,
+    so the line is the wait line itself."""
+    decodes = [(r, 1, True) for r in decode]
+    chunks = [(r, n, False) for r, n in prefill]
+    if not decodes or not chunks:
+        return decodes or chunks
+    return list(heapq.merge(decodes, chunks, key=lambda item: key(item[0])))
+
+
 def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,
-              free: int, left: int, blocks: int, chunked: bool, prefill_first: bool,
+              free: int, left: int, blocks: int, chunked: bool,
               starts: List[Request], accepted: Dict[int, int]) -> Tuple[int, int, int]:
     """Pass 2: new starts until the first that does not fit; returns ``(left, free, blocks)``."""
     fresh_decode = [r for r in decode if not is_started(r)]
@@ -246,7 +266,7 @@ def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
     if not fresh_decode and not fresh_prefill:
         return left, free, blocks
     reserve = kv.reserve
-    for r, n, is_decode in _items(fresh_decode, fresh_prefill, prefill_first):
+    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill, _seq):
         if left <= 0:
             break
         if n > left:

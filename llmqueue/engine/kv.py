@@ -86,19 +86,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from llmqueue.common.units import ceil_div
-from llmqueue.policies.view import Request, processed
+from llmqueue.policies.view import UNSTARTED, Request, processed
 
 ADMISSIONS = ("lazy", "prompt", "peak")
 PREEMPTIONS = ("recompute", "swap", "none")
 RESTARTS = ("keep", "scratch")
-#: Order keys (``Request.seq``) under memory: started residents carry their
-#: (re)start number, below :data:`UNSTARTED`; unstarted ones carry a key at or
-#: above it, preempted ones (from :data:`PREEMPTED`, latest step first) ahead of
-#: the others (from :data:`FRESH`, by admission).  Sorting by ``seq`` gives the
-#: resident order of SPEC 7.2.
-UNSTARTED = 2**61
-PREEMPTED = UNSTARTED + 2**59
-FRESH = 2**62
 #: The watermark each admission mode uses when none is given (SPEC 7.2).
 DEFAULT_WATERMARK = {"lazy": 0.0, "prompt": 0.01, "peak": 0.0}
 

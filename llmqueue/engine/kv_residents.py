@@ -39,9 +39,10 @@ import itertools
 from heapq import heapify
 from typing import List, Optional, Sequence, Tuple
 
-from llmqueue.engine.kv import FRESH, KV, PREEMPTED, UNSTARTED, kv_tokens
+from llmqueue.engine.kv import KV, kv_tokens
 from llmqueue.engine.residents import Residents
-from llmqueue.policies.view import _NO_CLOCK, Plan, Request, SimpleView
+from llmqueue.policies.view import (_NO_CLOCK, FRESH, PREEMPTED, UNSTARTED, Plan, Request,
+                                     SimpleView)
 
 
 def _seq(r: Request) -> int:

@@ -53,12 +53,11 @@ import simpy
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.gate import gate
-from llmqueue.engine.kv import UNSTARTED
 from llmqueue.engine.kv_blocks import Growth, block_growth, block_steps
 from llmqueue.engine.kv_invariants import check_state
 from llmqueue.engine.kv_swap import SwapResidents, preempt, swap_back
 from llmqueue.policies.builtin import VLLM, FasterTransformer, Sarathi
-from llmqueue.policies.view import IDLE, Plan, check_plan
+from llmqueue.policies.view import IDLE, UNSTARTED, Plan, check_plan
 
 
 class Choice(NamedTuple):

@@ -16,7 +16,9 @@ from SPEC 7, scanning every resident at every step:
   oldest first), then the others ``(2, admission)``;
 * the policy proposes with no budget; the gate (SPEC 7.3) walks the started
   residents' items (pass 1, preempting the latest start not yet allocated),
-  then, only if nobody was preempted, the new starts (pass 2, head of line);
+  then, only if nobody was preempted, the new starts (pass 2, head of line,
+  in the wait line's order: the proposal's decodes and chunks, each in
+  proposal order, merged by key);
   it re-proposes after a preemption that accepted nothing and falls back to the
   started residents alone when nothing was accepted (SPEC 7.3 steps 1 and 5).
 
@@ -37,6 +39,7 @@ moved at a choice costs ``swap_seconds_per_token`` each, added to the iteration.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -225,7 +228,11 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             accepted[id(r)] = n
         starts: List[Request] = []
         if not victims:
-            for r, n, decode in [item for item in items if not started(item[0])]:  # pass 2
+            fresh = [item for item in items if not started(item[0])]
+            # pass 2: decodes and chunks, each in proposal order, merged into the wait line
+            line = heapq.merge([i for i in fresh if i[2]], [i for i in fresh if not i[2]],
+                               key=lambda item: item[0].memory.key)
+            for r, n, decode in line:
                 if left <= 0:
                     break
                 if n > left:

@@ -224,11 +224,25 @@ class Network:
         for engine in self.engines.values():
             engine.until = self.until
         self.env.run(until=self.until)
+        while self.until is None and self._drain():
+            self.env.run()
         end = self.until if self.until is not None else now_ticks(self.env)
         results = {name: _engine_result(e, end) for name, e in self.engines.items()}
         self.end = end
         total = combine(list(self.engines.values()), end)
         return NetworkResult(results, total, end)
+
+
+    def _drain(self) -> bool:
+        """A run without horizon has nothing left to do, but engines that idle
+        on purpose (WAIT) still hold residents: no arrival can wake them, so
+        their arrivals are over and they drain (SPEC 7.5: a fixed-count run
+        never hangs).  Whether any was woken."""
+        idle = [e for e in self.engines.values()
+                if e.kv is not None and len(e.residents) and not e.arrivals_over]
+        for engine in idle:
+            engine.end_arrivals()
+        return bool(idle)
 
 
 def _engine_result(engine: Engine, end: int) -> Result:

@@ -137,6 +137,24 @@ def is_draining(view: View) -> bool:
     return bool(getattr(view, "draining", False))
 
 
+#: Order keys (``Request.seq``) under memory: started residents carry their
+#: (re)start number, below :data:`UNSTARTED`; unstarted ones carry a key at or
+#: above it, preempted ones (from :data:`PREEMPTED`, latest step first) ahead of
+#: the others (from :data:`FRESH`, by admission).  Sorting by ``seq`` gives the
+#: resident order of SPEC 7.2.  Without memory ``seq`` is the admission number.
+UNSTARTED = 2**61
+PREEMPTED = UNSTARTED + 2**59
+FRESH = 2**62
+
+
+def holds_kv(r: Request) -> bool:
+    """Whether resident ``r`` holds KV: it has started since its admission or
+    its last preemption (its order key is a start number) and processed
+    tokens.  A request whose prompt arrived prefilled holds nothing until it
+    starts, though :func:`processed` counts that prompt."""
+    return r.seq < UNSTARTED and processed(r) > 0
+
+
 def processed(r: Request) -> int:
     """Tokens ``r`` has processed in its current incarnation: its KV under
     memory (SPEC 7.1), 0 until it starts and again after a preemption (a

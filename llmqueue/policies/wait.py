@@ -4,7 +4,7 @@ at its fixed point, so memory never overflows.
 At each decision point (an iteration boundary, or an arrival while idle),
 with ``U_j`` the *unstarted* type-``j`` residents in the view's order (under
 memory: preempted ones first, then by admission) and ``S`` the *started*
-ones (those holding KV, :func:`~llmqueue.policies.view.processed` > 0):
+ones (those holding KV, :func:`~llmqueue.policies.view.holds_kv`):
 
 * the set is *ready* when ``|U_j| >= n_j`` for every configured type
   (``gate="all"``, the paper's code) or for at least one (``gate="any"``);
@@ -40,8 +40,9 @@ Decisions where SPEC 7.5 is silent:
   one (its quotas are memory quotas, and only engines with memory idle on
   purpose);
 * a resident whose type has no quota is a ``ValueError`` naming ``n``;
-* an unstarted resident with no prefill left (``vp = 0``) starts with its
-  first decode, counted as one of its type's ``n_j``;
+* an unstarted resident with no prefill left (``vp = 0``, or a prompt that
+  arrived prefilled, ``Engine.call(prefilled=True)``) starts with its first
+  decode, counted as one of its type's ``n_j``;
 * a preemption under WAIT is the quotas' fault (SPEC 7.5): the run reports
   it as ``threshold_error``.
 """
@@ -53,7 +54,7 @@ from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, 
 from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel
 from llmqueue.policies.builtin import Policy, register_policy
-from llmqueue.policies.view import IDLE, Plan, Request, View, is_draining, processed
+from llmqueue.policies.view import IDLE, Plan, Request, View, holds_kv, is_draining
 
 GATES = ("all", "any")
 IDLES = ("strict", "decode")
@@ -174,12 +175,13 @@ class Wait(Policy):
         draining = is_draining(view)
         decoding, prefilling = view.decoding, view.prefilling
         # started residents come first in both lists; the decoders' list ends
-        # with the unstarted ones (vp = 0, or preempted with nothing to prefill)
+        # with the unstarted ones (vp = 0, arrived prefilled, or preempted with
+        # nothing to prefill)
         cut = len(decoding)
-        while cut and processed(decoding[cut - 1]) == 0:
+        while cut and not holds_kv(decoding[cut - 1]):
             cut -= 1
         first = 0
-        while first < len(prefilling) and processed(prefilling[first]) > 0:
+        while first < len(prefilling) and holds_kv(prefilling[first]):
             first += 1
         starts = self._starts(decoding[cut:], prefilling[first:], draining)
         if starts is None:  # not ready
