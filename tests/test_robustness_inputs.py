@@ -143,6 +143,7 @@ def test_subclasses_of_builtin_policies_have_their_plans_checked(policy, fragmen
     ["single", "--set", "rate=1e308"], ["single", "--set", "gap=1e-300"],
     ["single", "--set", "arrival=poisson", "--set", "rate=1e12"],
     ["parallel", "--set", "load=1e20"], ["theorem2", "--set", "loads=1e23"],
+    ["single", "--horizon", "1", "--set", "initial=20000000"],
 ])
 def test_runs_asking_for_more_requests_than_the_limit_are_refused_at_once(argv):
     proc = subprocess.run([sys.executable, "-m", "llmqueue", "run"] + argv,
@@ -158,9 +159,14 @@ def test_the_request_limit_counts_rate_times_horizon_and_can_be_raised(monkeypat
         limits.check_requests(1000.0, 10_001.0)
     with pytest.raises(ValueError, match="limit"):
         limits.check_requests(None, None, count=10**7 + 1)
+    limits.check_requests(1000.0, 9_000.0, initial=10**6)  # 9 10^6 + 10^6: at the limit
+    with pytest.raises(ValueError, match="initial"):
+        limits.check_requests(1000.0, 9_000.0, initial=10**6 + 1)
     monkeypatch.setenv("LLMQUEUE_MAX_REQUESTS", "100")
     with pytest.raises(ValueError, match="the limit is 100 "):
         q.simulate(q.renewal(0.01, 10, 2), horizon=1.5)
+    with pytest.raises(ValueError, match="the limit is 100 "):  # 1 + 100 at time 0
+        q.simulate(q.compose(q.Renewal(1.0), 10, 2, initial=100), horizon=1.0)
     monkeypatch.setenv("LLMQUEUE_MAX_REQUESTS", "lots")
     with pytest.raises(ValueError, match="LLMQUEUE_MAX_REQUESTS must be an integer"):
         limits.check_requests(1.0, 1.0)

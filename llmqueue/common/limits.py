@@ -42,19 +42,23 @@ def limit(name: str, default: int) -> int:
 
 
 def check_requests(rate: Optional[float], horizon: Optional[float],
-                   count: Optional[int] = None) -> None:
+                   count: Optional[int] = None, initial: int = 0) -> None:
     """Refuse a run expected to bring more than ``MAX_REQUESTS`` requests:
-    ``rate * horizon`` of an endless stream, or ``count`` of a finite one."""
+    ``initial`` at time 0 plus ``rate * horizon`` of an endless stream, or
+    ``count`` of a finite one (its initial ones included)."""
     cap = limit("max_requests", MAX_REQUESTS)
     expected = None
     if count is not None:
         expected = float(count)
     elif rate is not None and horizon is not None:
-        expected = rate * horizon
+        expected = rate * horizon + initial
+    elif initial:
+        expected = float(initial)
     if expected is not None and expected > cap:
-        raise ValueError(f"this run would bring about {expected:.3g} requests (rate x horizon "
-                         f"or count); the limit is {cap:,} requests per run: lower the rate "
-                         "or the horizon, or raise the limit with LLMQUEUE_MAX_REQUESTS=N")
+        raise ValueError(f"this run would bring about {expected:.3g} requests (initial + rate "
+                         f"x horizon, or count); the limit is {cap:,} requests per run: lower "
+                         "initial, the rate or the horizon, or raise the limit with "
+                         "LLMQUEUE_MAX_REQUESTS=N")
 
 
 def check_runs(runs: int) -> None:

@@ -75,7 +75,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         raise ValueError("horizon must be given for an endless arrival stream "
                          "(or give the workload a count)")
     limits.check_requests(getattr(workload, "rate", None), horizon,
-                          getattr(workload, "count", None))
+                          getattr(workload, "count", None), getattr(workload, "initial", 0))
     validation.nonnegative_number("warmup", warmup)
     if warmup and (horizon is None or warmup >= horizon):
         raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")

@@ -49,6 +49,9 @@ class Workload:
     rate: Optional[float] = None
     mean_prefill: Optional[float] = None
     mean_decode: Optional[float] = None
+    initial: int = 0
+    """Requests at time 0 before the stream's own (``initial=N``), counted
+    apart from ``rate`` when a run checks how many requests it would bring."""
 
     def __iter__(self) -> Iterator[Arrival]:
         it = self.make()
@@ -106,7 +109,8 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     text = description or (f"{arrivals!r}, prefill {prefill_law!r}, decode {decode_law!r}, "
                            f"seed={seed}" + (f", {initial} at t=0" if initial else ""))
     return Workload(make, count, text, rate=getattr(arrivals, "rate", None),
-                    mean_prefill=prefill_law.mean, mean_decode=decode_mean(decode_law))
+                    mean_prefill=prefill_law.mean, mean_decode=decode_mean(decode_law),
+                    initial=initial)
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:

@@ -77,7 +77,7 @@ class Network:
         self.end: Optional[int] = None
         self._endless = False
         #: (rate, count) of each fed workload, checked against the run size limit
-        self._sources: List[Tuple[Optional[float], Optional[int]]] = []
+        self._sources: List[Tuple[Optional[float], Optional[int], int]] = []
 
     # -- building --------------------------------------------------------
     def add_engine(self, name: str, policy: object = "sarathi", *, bmax: Optional[int] = 128,
@@ -185,7 +185,8 @@ class Network:
         self.route(target)  # fail now on an unknown name
         if getattr(arrivals, "count", None) is None:
             self._endless = True
-        self._sources.append((getattr(arrivals, "rate", None), getattr(arrivals, "count", None)))
+        self._sources.append((getattr(arrivals, "rate", None), getattr(arrivals, "count", None),
+                              getattr(arrivals, "initial", 0)))
         self.env.process(self._feed(target, arrivals))
 
     def _feed(self, target: str, arrivals: Iterable[Arrival]
@@ -219,8 +220,8 @@ class Network:
             raise ValueError("horizon must be given for an endless arrival stream "
                              "(or give the workload a count)")
         horizon_s = None if self.until is None else self.until / TICKS_PER_SECOND
-        for rate, count in self._sources:
-            limits.check_requests(rate, horizon_s, count)
+        for rate, count, initial in self._sources:
+            limits.check_requests(rate, horizon_s, count, initial)
         for engine in self.engines.values():
             engine.until = self.until
         self.env.run(until=self.until)
