@@ -132,6 +132,23 @@ def test_capacity_gives_the_memory_figures_with_kv(capsys):
     assert "mu_mem" not in plain
 
 
+def test_capacity_says_when_no_request_fits_or_no_wait_quota_fits(capsys):
+    """Point C's requests hold 290 + 990 = 1,280 tokens: a cache of 1,000 can
+    hold none, so every request is ignored and memory serves 0 req/s (not the
+    fluid formula's 0.11, with a negative "stable side").  With 38,000 tokens
+    they fit, but WAIT's one-request quota needs n g = 777,935 tokens in its
+    steady state: no quota fits, so there is no lambda_WAIT to give."""
+    doc = run_json(capsys, "capacity", "--set", "kv=1000")
+    assert doc["fits"] is False and doc["binding"] == "memory"
+    assert doc["mu_mem"] == doc["mu_mem_stable"] == doc["lambda_joint"] == 0.0
+    assert doc["lambda_wait"] is None
+    assert main(["capacity", "--set", "kv=1000"]) == 0
+    assert "no request fits" in capsys.readouterr().out
+    doc = run_json(capsys, "capacity", "--set", "kv=38000")
+    assert "fits" not in doc and doc["mu_mem"] > 1.5
+    assert doc["wait_kv"] == 777_935 and doc["lambda_wait"] is None
+
+
 def test_logs_carry_the_kv_columns(tmp_path, capsys):
     batches, requests = tmp_path / "b.csv", tmp_path / "r.csv"
     assert main(["run", "single", "--set", "kv=40000", "--horizon", "30",

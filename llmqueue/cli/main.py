@@ -276,6 +276,9 @@ def memory_lines(doc: Dict[str, Any]) -> str:
              f"token-iterations per request; b* = M E[vp+vd] / E[g] = {doc['b_star']:.1f} "
              "tokens per iteration",
              f"mu_mem          M / (t(b*) E[g]) = {doc['mu_mem']:.4g} req/s"]
+    if doc.get("fits") is False:
+        lines.append(f"no request fits  vp + vd = {doc['tokens_per_request']:,} tokens, more than "
+                     "the cache holds for one request: every request is ignored (SPEC 7.1)")
     if doc.get("delta") is not None:
         lines.append(f"stable side     mu_mem (1 - delta) = {doc['mu_mem_stable']:.4g} req/s "
                      f"(delta = (vp + vd) / M = {doc['delta']:.4f})")
@@ -286,7 +289,7 @@ def memory_lines(doc: Dict[str, Any]) -> str:
     else:
         lines.append(f"joint capacity  {doc['mu_mem']:.4g} req/s: memory binds (no budget)")
     if doc.get("wait_n") is not None:
-        fits = doc["wait_kv"] <= doc["kv_capacity"]
+        fits = doc["lambda_wait"] is not None
         lines.append(f"WAIT            quota n = {doc['wait_n']}, steady KV n g = "
                      f"{doc['wait_kv']:,.0f} tokens: "
                      + (f"lambda_WAIT = {doc['lambda_wait']:.4g} req/s" if fits else

@@ -252,8 +252,9 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                                    block_size=kv.block_size)
         whole = (memory.kv_area(vp, vd) if kv.block_size == 1
                  else memory.kv_area_blocks(vp, vd, kv.block_size))
+        fits = n[0] * whole <= kv.tokens  # else WAIT preempts: no quota fits
         figures.update(delta=share, wait_n=n[0], wait_kv=n[0] * whole,
-                       lambda_wait=wait.lambda_wait([(vp, vd, 1)], n, latency))
+                       lambda_wait=wait.lambda_wait([(vp, vd, 1)], n, latency) if fits else None)
     if bmax is None:
         figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(latency, b_mem)),
                        binding="memory")
@@ -264,6 +265,11 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                        lambda_kmax=joint.slots)
     if "delta" in figures:
         figures["mu_mem_stable"] = figures["mu_mem"] * (1 - figures["delta"])
+        if not kv.fits_ever(vp, vd):  # every request is ignored (SPEC 7.1): none is served
+            figures.update(mu_mem=0.0, mu_mem_stable=0.0, binding="memory", lambda_wait=None,
+                           fits=False)
+            if "lambda_joint" in figures:
+                figures["lambda_joint"] = 0.0
     return figures
 
 
