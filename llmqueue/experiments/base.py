@@ -246,7 +246,9 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     iterations = (mean_chunks(prefill, chunk) if chunk else 1) + mean_d
     b_mem = memory.b_star(kv.tokens, mean_p + mean_d, g)
     figures: Dict[str, Any] = {"kv_capacity": kv.tokens, "kv_area": g, "b_star": b_mem}
+    never = False  # fixed sizes that can never fit the cache (SPEC 7.1)
     if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
+        never = not kv.fits_ever(vp, vd)
         share = memory.delta(vp + vd, kv.tokens)
         n = wait.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
                                    block_size=kv.block_size)
@@ -265,7 +267,7 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                        lambda_kmax=joint.slots)
     if "delta" in figures:
         figures["mu_mem_stable"] = figures["mu_mem"] * (1 - figures["delta"])
-        if not kv.fits_ever(vp, vd):  # every request is ignored (SPEC 7.1): none is served
+        if never:  # every request is ignored: none is served
             figures.update(mu_mem=0.0, mu_mem_stable=0.0, binding="memory", lambda_wait=None,
                            fits=False)
             if "lambda_joint" in figures:
