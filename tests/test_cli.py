@@ -114,6 +114,10 @@ def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
     (["run", "trace", "--set", "path=/no/such.csv"], "cannot read"),
     (["run", "single", "--set", "vp=2000", "--set", "chunked=false"], "can never fit"),
     (["frobnicate"], "invalid choice"),
+    (["run", "single", "--set", "vp=uniform:1.5:3"], "vp 'uniform:1.5:3': LO and HI must be whole"),
+    (["run", "single", "--set", "vp=uniform:1:1e17"], "LO and HI must be whole numbers"),
+    (["run", "single", "--set", "vd=uniform:1:99999999999999999"], "vd 'uniform:1:9999"),
+    (["run", "single", "--set", "vp=geometric:1e300"], "mean must be a number from 1 to"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, fragment):
     proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,

@@ -98,8 +98,8 @@ class UniformInt(SizeLaw):
     """Uniform on the integers ``low, low + 1, ..., high - 1``."""
 
     def __init__(self, low: int, high: int) -> None:
-        validation.nonnegative_int("low", low)
-        validation.positive_int("high", high)
+        validation.token_count("low", low)
+        validation.token_count("high", high - 1)  # its largest size
         if high <= low:
             raise ValueError(f"high must be an integer > low={low} (the range is "
                              f"[low, high)), got {high!r}")
@@ -158,9 +158,9 @@ class Geometric(SizeLaw):
     ``1 / mean``): the discrete exponential, a high-variance size law."""
 
     def __init__(self, mean: float) -> None:
-        if not validation.positive_number("mean", mean) >= 1:
-            raise ValueError(f"mean must be a number >= 1 (geometric on 1, 2, ...), "
-                             f"got {mean!r}")
+        if not 1 <= validation.positive_number("mean", mean) <= validation.MAX_TOKENS:
+            raise ValueError(f"mean must be a number from 1 to {validation.MAX_TOKENS} "
+                             f"(geometric on 1, 2, ...), got {mean!r}")
         self.mean = float(mean)
 
     @property
@@ -367,6 +367,8 @@ def parse_size(name: str, text: object) -> SizeLaw:
         return Fixed(validation.token_count(name, int(kind)))
     try:
         if kind == "uniform" and len(parts) == 2:
+            if not all(part.strip().isdigit() for part in parts):
+                raise ValueError(f"LO and HI must be whole numbers of tokens, got {rest}")
             low, high = int(parts[0]), int(parts[1])
             if high < low:
                 raise ValueError(f"HI must be >= LO, got {low}:{high}")
