@@ -14,7 +14,7 @@ from llmqueue.theory.capacity import peak_token_rate
 @pytest.mark.parametrize("argv, fragment", [
     (["--set", "vp=99999999999999999999999"], "vp must be a whole number of tokens"),
     (["--horizon", "1e308"], "requests per run"),
-    (["--set", "rate=1e-300"], "times must be within"),
+    (["--set", "rate=1e-300"], "rate must be a finite number > 0 and at least 1e-12"),
     (["--set", "c=1e308", "--set", "a=1e308"], "c must be a number from 0 to"),
 ])
 def test_huge_numbers_are_one_line_errors(argv, fragment):

@@ -46,6 +46,7 @@ def test_parse_timestamp_keeps_every_digit():
     ("arrival,prefill,decode\n0.1,10,2\n0.2,ten,2\n", 3, "prefill must be a whole number"),
     ("arrival,prefill,decode\n0.1,10\n", 2, "expected 3 fields"),
     ("arrival,prefill,decode\n-1,10,2\n", 2, "arrival must be a finite number >= 0"),
+    ("arrival,prefill,decode\n0,1,1\n1e308,10,2\n", 3, "arrival must be a finite number >= 0 and"),
     ("arrival,prefill,decode\n0.1,2.5,2\n", 2, "whole number"),
     (AZURE + "2023-11-16 18:17:03.97,10,2\n2023-11-16 18:17:xx,1,1\n", 3, "TIMESTAMP must look"),
     (AZURE + "2023-11-16 18:17:03.97,10,2\n2023-11-16 18:17:02.00,1,1\n", 3, "earlier than"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
+from llmqueue.common.units import MAX_SECONDS
+
 #: Largest token count a request, a law or a trace may give (about 10^12).
 MAX_TOKENS = 2**40
 def token_count(name: str, value: Any, minimum: int = 0) -> int:
@@ -55,6 +57,33 @@ def positive_number(name: str, value: Any) -> float:
     """Return ``value`` if it is a finite number > 0."""
     if not _is_number(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def gap_seconds(name: str, value: Any) -> float:
+    """Return ``value`` if it is a time between events, in seconds: a finite
+    number > 0 and at most ``MAX_SECONDS`` (the longest time a run holds)."""
+    if not _is_number(value) or not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{name} must be a finite number > 0 and at most {MAX_SECONDS:g} s, "
+                         f"got {value!r}")
+    return float(value)
+
+
+def arrival_rate(name: str, value: Any) -> float:
+    """Return ``value`` if it is an arrival rate, per second: a finite number
+    whose mean gap ``1 / value`` is a :func:`gap_seconds`."""
+    if not _is_number(value) or not value >= 1 / MAX_SECONDS:
+        raise ValueError(f"{name} must be a finite number > 0 and at least "
+                         f"{1 / MAX_SECONDS:g} per second (a mean gap of at most "
+                         f"{MAX_SECONDS:g} s), got {value!r}")
+    return float(value)
+
+
+def time_point(name: str, value: Any) -> float:
+    """Return ``value`` if it is a time in seconds from 0 to ``MAX_SECONDS``."""
+    if not _is_number(value) or not 0 <= value <= MAX_SECONDS:
+        raise ValueError(f"{name} must be a finite number >= 0 and at most {MAX_SECONDS:g} s, "
+                         f"got {value!r}")
     return float(value)
 
 

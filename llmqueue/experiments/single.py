@@ -16,8 +16,8 @@ from llmqueue.experiments.traffic import WORKLOAD_PARAMS, size_param, workload_o
 def arrival_rate(params: Dict[str, Any]) -> float:
     """Requests per second: ``rate`` where given, else ``1 / gap`` (either law)."""
     if params["rate"] is not None:
-        return validation.positive_number("rate", params["rate"])
-    return 1.0 / validation.positive_number("gap", params["gap"])
+        return validation.arrival_rate("rate", params["rate"])
+    return 1.0 / validation.gap_seconds("gap", params["gap"])
 
 
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:

@@ -86,8 +86,8 @@ def workload_of(p: Mapping[str, Any], seed: int, *, rate: Optional[float] = None
         raise ValueError("give exactly one of rate and gap")
     arrival = p.get("arrival", "renewal")
     kind, _ = parse_arrival(arrival)
-    per_second = validation.positive_number("rate", rate) if rate is not None else \
-        1.0 / validation.positive_number("gap", gap)
+    per_second = validation.arrival_rate("rate", rate) if rate is not None else \
+        1.0 / validation.gap_seconds("gap", gap)
     every = gap if gap is not None else 1.0 / per_second
     vp, vd, initial = p["vp"], p["vd"], p.get("initial", 0)
     if isinstance(vd, int):

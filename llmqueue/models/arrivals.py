@@ -58,7 +58,7 @@ class Renewal(ArrivalLaw):
     """Arrivals at ``gap, 2*gap, 3*gap, ...``."""
 
     def __init__(self, gap: float) -> None:
-        self.gap = validation.positive_number("gap", gap)
+        self.gap = validation.gap_seconds("gap", gap)
         self.rate = 1.0 / self.gap
 
     def times(self, rng: np.random.Generator) -> Iterator[float]:
@@ -70,7 +70,7 @@ class Poisson(ArrivalLaw):
     """Exponential gaps of mean ``1 / rate``."""
 
     def __init__(self, rate: float) -> None:
-        self.rate = validation.positive_number("rate", rate)
+        self.rate = validation.arrival_rate("rate", rate)
 
     def times(self, rng: np.random.Generator) -> Iterator[float]:
         """Running sums of exponential gaps."""
@@ -86,7 +86,7 @@ class Gamma(ArrivalLaw):
     """Gamma gaps of mean ``1 / rate`` and coefficient of variation ``cv``."""
 
     def __init__(self, rate: float, cv: float) -> None:
-        self.rate = validation.positive_number("rate", rate)
+        self.rate = validation.arrival_rate("rate", rate)
         self.cv = validation.positive_number("cv", cv)
         if not CV_RANGE[0] <= self.cv <= CV_RANGE[1]:
             raise ValueError(f"cv must be a number from {CV_RANGE[0]:g} to {CV_RANGE[1]:g} "
@@ -165,7 +165,7 @@ def arrival_law(text: object, rate: float, name: str = "arrival") -> ArrivalLaw:
     second: :class:`Renewal` with gap ``1/rate``, :class:`Poisson` or :class:`Gamma`."""
     kind, cv = parse_arrival(text, name)
     if kind == "renewal":
-        return Renewal(1.0 / validation.positive_number("rate", rate))
+        return Renewal(1.0 / validation.arrival_rate("rate", rate))
     if kind == "poisson":
         return Poisson(rate)
     assert cv is not None

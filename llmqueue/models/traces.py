@@ -148,7 +148,7 @@ def _generic_row(row: List[str], origin: Optional[Tuple[int, float]]) -> tuple:
         time = float(row[0])
     except ValueError:
         raise ValueError(f"arrival must be a time in seconds, got {row[0]!r}") from None
-    validation.nonnegative_number("arrival", time)
+    validation.time_point("arrival", time)
     klass = row[3].strip() if len(row) == 4 else None
     return time, _count("prefill", row[1]), _count("decode", row[2]), klass, origin
 
