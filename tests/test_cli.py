@@ -119,6 +119,8 @@ def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
     (["run", "single", "--set", "vd=uniform:1:99999999999999999"], "vd 'uniform:1:9999"),
     (["run", "single", "--set", "vp=geometric:1e300"], "mean must be a number from 1 to"),
     (["run", "single", "--set", "gap=1e308"], "gap must be a finite number > 0 and at most 1e+12"),
+    (["run", "single", "--set", "scheduler=wait", "--scheduler", "sarathi"],
+     "scheduler given twice"),
     (["run", "single", "--set", "rate=1e-308"], "rate must be a finite number > 0 and at least"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, fragment):

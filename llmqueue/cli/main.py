@@ -82,6 +82,9 @@ def _overrides(pairs: Sequence[str], scheduler: Optional[str]) -> Dict[str, str]
             raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
         out[key.strip()] = value.strip()
     if scheduler is not None:
+        if out.get("scheduler", scheduler) != scheduler:
+            raise ValueError(f"scheduler given twice: --scheduler {scheduler} and --set "
+                             f"scheduler={out['scheduler']}; give it once")
         out["scheduler"] = scheduler
     return out
 
