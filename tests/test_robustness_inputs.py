@@ -223,3 +223,36 @@ def test_pool_workers_die_with_a_killed_sweep(tmp_path):
         alive = [p for p in workers if os.path.exists(f"/proc/{p}")
                  and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
     assert not alive, f"orphaned workers: {alive}"
+
+
+def test_a_plain_list_of_rows_is_a_workload_checked_like_from_list():
+    """simulate and Network.feed take (time, prefill, decode) rows as they are
+    (list.count used to be read as the workload's count: a TypeError)."""
+    from llmqueue.network.network import Network
+    rows = [(0.0, 100, 10), (0.5, 10, 5)]
+    assert q.simulate(rows).summary["completed"] == 2
+    assert q.simulate(tuple(rows)).summary == q.simulate(q.from_list(rows)).summary
+    net = Network()
+    net.add_engine("a", "sarathi")
+    net.feed("a", rows)
+    assert net.run(horizon=10).total.summary["completed"] == 2
+    with pytest.raises(ValueError, match="request 0 prefill must be an integer >= 0"):
+        q.simulate([(0.0, -1, 10)])
+
+
+def test_networks_refuse_what_cannot_run():
+    from llmqueue.network.network import Network
+    from llmqueue.network.workflows import start_jobs
+    with pytest.raises(ValueError, match="at least one engine"):
+        Network().run(horizon=1)
+    net = Network()
+    net.add_engine("a", "sarathi")
+    with pytest.raises(ValueError, match="names an engine twice"):
+        net.add_pool("p", ["a", "a"])
+
+    def job(ctx):
+        yield ctx.call("a", 10, 5)
+
+    start_jobs(net, job, rate=1e9)  # 10^12 jobs in 1000 s: refused before the run starts
+    with pytest.raises(ValueError, match="LLMQUEUE_MAX_REQUESTS"):
+        net.run(horizon=1000)

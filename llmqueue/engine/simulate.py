@@ -18,7 +18,7 @@ from llmqueue.engine.processes import Diverged, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
 from llmqueue.models.latency import LatencyModel
-from llmqueue.models.workload import Arrival, Workload
+from llmqueue.models.workload import Arrival, Workload, as_workload
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
 from llmqueue.policies.wait import Wait
@@ -69,6 +69,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         >>> s.completed, s.batches, round(s.duration, 5)
         (3, 9, 3.14025)
     """
+    workload = as_workload(workload)  # a plain list of rows too
     if horizon is not None:
         validation.positive_number("horizon", horizon)
     elif getattr(workload, "count", None) is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional,
+from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional,
                     Sequence)
 
 import numpy as np
@@ -147,6 +147,14 @@ def poisson(rate: float, prefill: int, decode: int, seed: int = 0,
 def _check_sizes(prefill: int, decode: int) -> None:
     validation.token_count("vp", prefill)
     validation.token_count("vd", decode, minimum=1)
+
+
+def as_workload(arrivals: Any) -> Any:
+    """``arrivals`` as a run reads them: a list or tuple of ``(time, prefill,
+    decode[, class])`` rows becomes :func:`from_list` of them (checked, with
+    its count); a :class:`Workload` or any other iterable of arrivals is
+    returned as it is."""
+    return from_list(arrivals) if isinstance(arrivals, (list, tuple)) else arrivals
 
 
 def from_list(rows: Iterable[Sequence]) -> Workload:

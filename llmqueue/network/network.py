@@ -29,7 +29,7 @@ from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Batch, Result, Summary
 from llmqueue.models.latency import LatencyModel
-from llmqueue.models.workload import Arrival
+from llmqueue.models.workload import Arrival, as_workload
 from llmqueue.network.classes import by_class
 from llmqueue.network.routers import Router, make_router
 from llmqueue.policies.builtin import make_policy
@@ -111,6 +111,9 @@ class Network:
         self._new_name(name)
         if not members:
             raise ValueError(f"pool {name!r} needs at least one member engine, got none")
+        if len(set(members)) < len(members):
+            raise ValueError(f"pool {name!r} names an engine twice: {list(members)!r}; "
+                             "allowed: each engine once")
         engines = [self._engine(m) for m in members]
         pool = Pool(name, engines, make_router(router, self.seed if seed is None else seed))
         self.pools[name] = pool
@@ -183,10 +186,9 @@ class Network:
     def feed(self, target: str, arrivals: Iterable[Arrival]) -> None:
         """Send the arrivals of a workload to ``target`` at their times."""
         self.route(target)  # fail now on an unknown name
-        if getattr(arrivals, "count", None) is None:
-            self._endless = True
-        self._sources.append((getattr(arrivals, "rate", None), getattr(arrivals, "count", None),
-                              getattr(arrivals, "initial", 0)))
+        arrivals = as_workload(arrivals)  # a plain list of rows too
+        self.source(getattr(arrivals, "rate", None), getattr(arrivals, "count", None),
+                    getattr(arrivals, "initial", 0))
         self.env.process(self._feed(target, arrivals))
 
     def _feed(self, target: str, arrivals: Iterable[Arrival]
@@ -206,13 +208,21 @@ class Network:
                            else [self._engine(name)])
         return combine(engines, self.end)
 
-    def endless(self) -> None:
-        """Note that a source never stops by itself (a run then needs a horizon)."""
-        self._endless = True
+    def source(self, rate: Optional[float], count: Optional[int], initial: int = 0) -> None:
+        """Note a source of ``rate`` arrivals (or jobs) per second, or of
+        ``count`` in all (``None``: it never stops by itself, and a run then
+        needs a horizon), which :meth:`run` checks against the requests-per-run
+        limit before it starts."""
+        if count is None:
+            self._endless = True
+        self._sources.append((rate, count, initial))
 
     # -- running ---------------------------------------------------------
     def run(self, horizon: Optional[float] = None) -> "NetworkResult":
         """Run until ``horizon`` seconds, or until every request has finished."""
+        if not self.engines:
+            raise ValueError("a network needs at least one engine to run (add_engine or "
+                             "add_replicas); got none")
         if horizon is not None:
             validation.positive_number("horizon", horizon)
             self.until = to_ticks(horizon)

@@ -126,13 +126,14 @@ def start_jobs(net: Network, workflow: Workflow, rate: Optional[float] = None, *
         validation.positive_int("count", count)
     rng = np.random.default_rng(seed)
     if rate is not None:
-        validation.positive_number("rate", rate)
+        validation.arrival_rate("rate", rate)
         clock: Iterator[float] = _poisson_times(rate, rng)
-        if count is None:
-            net.endless()
+        net.source(rate, count)  # jobs, each at least one request
     else:
         assert times is not None  # exactly one of rate and times, checked above
-        clock = iter(list(times))
+        listed = list(times)
+        net.source(None, len(listed) if count is None else min(count, len(listed)))
+        clock = iter(listed)
     if count is not None:
         clock = (t for t, _ in zip(clock, range(count)))
     records: List[JobRecord] = []
