@@ -95,3 +95,13 @@ def test_plot_names_a_wrong_figure(tmp_path, capsys):
     assert main(["plot", out, "--x", "rate,vp", "--y", "arrivals"]) == 2
     assert main(["plot", out, "--x", "rate,arrival", "--y", "arrivals"]) == 2
     assert "scheduler varies" in capsys.readouterr().err
+    # a text column, a column no run filled (sweeps keep no token gaps), a header alone
+    assert main(["plot", out, "--x", "rate", "--y", "verdict"]) == 2
+    assert "--y verdict: no row" in capsys.readouterr().err
+    assert main(["plot", out, "--x", "rate", "--y", "tbt_p99"]) == 2
+    assert "--y tbt_p99: no row" in capsys.readouterr().err
+    header = str(tmp_path / "header.csv")
+    with open(out) as full, open(header, "w") as head:
+        head.write(full.readline())
+    assert main(["plot", header, "--x", "rate", "--y", "arrivals"]) == 2
+    assert "holds no run yet" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -93,6 +94,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     """Draw lines with confidence bands, or a heat map for two keys."""
     rows = read_rows(args.csv)
+    if not rows:
+        raise ValueError(f"{args.csv} holds no run yet (a header only): nothing to plot")
     for key, value in _pairs(args.where, "--where").items():
         if rows and key not in rows[0]:
             raise ValueError(f"--where {key}: no such column in {args.csv}")
@@ -102,6 +105,9 @@ def cmd_plot(args: argparse.Namespace) -> None:
     from llmqueue.plotting import plot_heat, plot_lines, save
     from llmqueue.plotting.sweep import default_path
 
+    if args.y in rows[0] and not any(_is_figure(r[args.y]) for r in rows):
+        raise ValueError(f"--y {args.y}: no row of {args.csv} has a number there "
+                         "(text or empty): nothing to plot")
     keys = _names(args.x) or []
     path = args.out or default_path(args.csv, args.y)
     files.check_outputs([("--out", path)], [("csv", args.csv)])
@@ -115,6 +121,12 @@ def cmd_plot(args: argparse.Namespace) -> None:
         raise ValueError(f"--x takes one grid key (lines, optional --hue) or two (a heat "
                          f"map, no --hue); got {args.x!r}")
     print(save(fig, path))
+
+
+def _is_figure(value: object) -> bool:
+    """Whether a CSV cell holds a finite number (a figure a plot can draw)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 def _table(rows: Sequence[Row], points: Sequence[Row]) -> str:
