@@ -103,7 +103,8 @@ def test_infeasible_slo_before_any_simulation():
     (dict(target=1.0), "target"), (dict(target=0), "target"), (dict(reps=1), "reps"),
     (dict(router="nearest"), "router"), (dict(mode="mean"), "mode"),
     (dict(slo=SLO()), "slo"), (dict(slo={"chat": E85}), "no classes"),
-    (dict(n_requests=1), "n_requests"), (dict(engines=0), "engines")])
+    (dict(n_requests=1), "n_requests"), (dict(engines=0), "engines"),
+    (dict(n_requests=10**8), "n_requests=100000000 .* the limit is 10,000,000")])
 def test_bad_input_names_the_parameter(kwargs, name):
     slo = kwargs.pop("slo", E85)
     with pytest.raises(ValueError, match=name):

@@ -186,6 +186,11 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
     if not (isinstance(warmup, (int, float)) and 0 <= warmup < 10):
         raise ValueError(f"warmup must be a number in [0, 10) (a share of n_requests), "
                          f"got {warmup!r}")
+    try:  # one replication's requests, its warm-up included
+        limits.check_requests(None, None, math.ceil(n_requests * (1 + warmup)))
+    except ValueError as exc:
+        raise ValueError(f"n_requests={n_requests} (--requests on the command line): "
+                         f"{exc}") from None
     if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
         raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
     validation.nonnegative_int("seed", seed)
