@@ -34,7 +34,7 @@ The engine preempts the victims, starts the new starts and allocates.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from llmqueue.engine.kv import KV, is_started
 from llmqueue.policies.view import UNSTARTED, Plan, Request
@@ -43,8 +43,8 @@ from llmqueue.policies.view import UNSTARTED, Plan, Request
 StartedOrder = Union[Sequence[Request], Callable[[], Sequence[Request]]]
 
 
-def _seq(r: Request) -> int:
-    return r.seq
+def _seq_of_item(item: Tuple[Request, int, bool]) -> int:
+    return item[0].seq
 
 
 class KVOverflow(ValueError):
@@ -243,18 +243,18 @@ class _PassOne:
         return victim is r
 
 
-def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
-              key: Callable[[Request], Any]) -> List[Tuple[Request, int, bool]]:
+def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]]
+              ) -> List[Tuple[Request, int, bool]]:
     """The unstarted items of a proposal as one line ``(resident, tokens, is a
     decode)``: its ``decode`` and its ``prefill`` items, each in proposal
-    order, merged by ``key`` of their residents (their order keys: preempted
+    order, merged by their residents' order keys (``Request.seq``: preempted
     first, then by admission).  The built-in policies list both in that order,
     so the line is the wait line itself."""
     decodes = [(r, 1, True) for r in decode]
     chunks = [(r, n, False) for r, n in prefill]
     if not decodes or not chunks:
         return decodes or chunks
-    return list(heapq.merge(decodes, chunks, key=lambda item: key(item[0])))
+    return list(heapq.merge(decodes, chunks, key=_seq_of_item))
 
 
 def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,
@@ -266,7 +266,7 @@ def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
     if not fresh_decode and not fresh_prefill:
         return left, free, blocks
     reserve = kv.reserve
-    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill, _seq):
+    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill):
         if left <= 0:
             break
         if n > left:

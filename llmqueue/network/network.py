@@ -76,7 +76,7 @@ class Network:
         self.until: Optional[int] = None
         self.end: Optional[int] = None
         self._endless = False
-        #: (rate, count) of each fed workload, checked against the run size limit
+        #: (rate, count, initial) of each source, checked against the run size limit
         self._sources: List[Tuple[Optional[float], Optional[int], int]] = []
 
     # -- building --------------------------------------------------------
