@@ -8,12 +8,12 @@ from llmqueue.policies.builtin import (BUILTIN, VLLM, ClassPriority, FasterTrans
                                        FunctionPolicy, Orca, Policy, Sarathi, StepFill,
                                        WholePrefill, make_policy, policy_names, register_policy,
                                        take_decodes, take_prefill)
-from llmqueue.policies.view import (IDLE, Plan, Request, SimpleView, View, is_draining, make_view,
-                                    population, processed)
+from llmqueue.policies.view import (IDLE, Plan, Request, SimpleView, View, holds_kv,
+                                    is_draining, make_view, population, processed)
 from llmqueue.policies.wait import Wait, by_size
 
 __all__ = ["BUILTIN", "ClassPriority", "FasterTransformer", "FunctionPolicy", "IDLE", "Orca",
            "Plan", "Policy", "Request", "Sarathi", "SimpleView", "StepFill", "VLLM", "View",
            "WholePrefill", "make_policy", "make_view", "policy_names", "population",
            "register_policy", "take_decodes", "take_prefill", "Wait", "by_size",
-           "is_draining", "processed"]
+           "holds_kv", "is_draining", "processed"]
