@@ -168,6 +168,11 @@ def test_cli_infeasible_and_bad_input(capsys):
     assert main(args + ["--ttft", "1", "--target", "1.5"]) == 2
     assert main(args + ["--ttft", "1", "--tbt", "-0.2"]) == 2
     assert main(args + ["--ttft", "1", "--set", "vd=uniform:9"]) == 2
+    capsys.readouterr()
+    assert main(args + ["--ttft", "1", "--workers", "0"]) == 2
+    assert "--workers must be an integer >= 1" in capsys.readouterr().err
+    assert main(args + ["--ttft", "1", "--router", "jsq"]) == 2  # without --engines-for
+    assert "give --engines-for RATE too" in capsys.readouterr().err
 
 
 def test_plot_capacity(quick, tmp_path):

@@ -125,6 +125,11 @@ def cmd_plan(args: argparse.Namespace) -> None:
     files.check_outputs(outputs, files.named_files(given))
     slo = SLO(ttft=args.ttft, tpot=args.tpot, tbt=args.tbt, e2e=args.e2e)
     common = dict(mode=args.mode, reps=args.reps, n_requests=args.requests, seed=args.seed)
+    if args.workers is not None:
+        validation.positive_int("--workers", args.workers)
+    if args.router != "jsq-tokens" and args.engines_for is None:
+        raise ValueError(f"--router {args.router} routes the pool of --engines-for: give "
+                         "--engines-for RATE too")
     if args.engines_for is not None:  # refuse a pool beyond the limit before the plan runs
         validation.positive_number("--engines-for", args.engines_for)
         pool_limit(args.engines_for, bounds_of(traffic, engine, check_slo(slo, traffic),
