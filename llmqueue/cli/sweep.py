@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
-from llmqueue.common import files
+from llmqueue.common import files, validation
 from llmqueue.sweeps import grid as grids
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.sweeps.runner import Row, figure_columns, read_rows, summarize, sweep, varying
@@ -105,7 +104,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     from llmqueue.plotting import plot_heat, plot_lines, save
     from llmqueue.plotting.sweep import default_path
 
-    if args.y in rows[0] and not any(_is_figure(r[args.y]) for r in rows):
+    if args.y in rows[0] and not any(validation.is_number(r[args.y]) for r in rows):
         raise ValueError(f"--y {args.y}: no row of {args.csv} has a number there "
                          "(text or empty): nothing to plot")
     keys = _names(args.x) or []
@@ -121,12 +120,6 @@ def cmd_plot(args: argparse.Namespace) -> None:
         raise ValueError(f"--x takes one grid key (lines, optional --hue) or two (a heat "
                          f"map, no --hue); got {args.x!r}")
     print(save(fig, path))
-
-
-def _is_figure(value: object) -> bool:
-    """Whether a CSV cell holds a finite number (a figure a plot can draw)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
 
 
 def _table(rows: Sequence[Row], points: Sequence[Row]) -> str:

@@ -25,7 +25,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value))
 
@@ -55,7 +56,7 @@ def optional_positive_int(name: str, value: Any) -> Optional[int]:
 
 def positive_number(name: str, value: Any) -> float:
     """Return ``value`` if it is a finite number > 0."""
-    if not _is_number(value) or value <= 0:
+    if not is_number(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
@@ -63,7 +64,7 @@ def positive_number(name: str, value: Any) -> float:
 def gap_seconds(name: str, value: Any) -> float:
     """Return ``value`` if it is a time between events, in seconds: a finite
     number > 0 and at most ``MAX_SECONDS`` (the longest time a run holds)."""
-    if not _is_number(value) or not 0 < value <= MAX_SECONDS:
+    if not is_number(value) or not 0 < value <= MAX_SECONDS:
         raise ValueError(f"{name} must be a finite number > 0 and at most {MAX_SECONDS:g} s, "
                          f"got {value!r}")
     return float(value)
@@ -72,7 +73,7 @@ def gap_seconds(name: str, value: Any) -> float:
 def arrival_rate(name: str, value: Any) -> float:
     """Return ``value`` if it is an arrival rate, per second: a finite number
     whose mean gap ``1 / value`` is a :func:`gap_seconds`."""
-    if not _is_number(value) or not value >= 1 / MAX_SECONDS:
+    if not is_number(value) or not value >= 1 / MAX_SECONDS:
         raise ValueError(f"{name} must be a finite number > 0 and at least "
                          f"{1 / MAX_SECONDS:g} per second (a mean gap of at most "
                          f"{MAX_SECONDS:g} s), got {value!r}")
@@ -81,7 +82,7 @@ def arrival_rate(name: str, value: Any) -> float:
 
 def time_point(name: str, value: Any) -> float:
     """Return ``value`` if it is a time in seconds from 0 to ``MAX_SECONDS``."""
-    if not _is_number(value) or not 0 <= value <= MAX_SECONDS:
+    if not is_number(value) or not 0 <= value <= MAX_SECONDS:
         raise ValueError(f"{name} must be a finite number >= 0 and at most {MAX_SECONDS:g} s, "
                          f"got {value!r}")
     return float(value)
@@ -89,14 +90,14 @@ def time_point(name: str, value: Any) -> float:
 
 def nonnegative_number(name: str, value: Any) -> float:
     """Return ``value`` if it is a finite number >= 0."""
-    if not _is_number(value) or value < 0:
+    if not is_number(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
 
 def fraction(name: str, value: Any) -> float:
     """Return ``value`` if it is a number in [0, 1]."""
-    if not _is_number(value) or not 0 <= value <= 1:
+    if not is_number(value) or not 0 <= value <= 1:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 
