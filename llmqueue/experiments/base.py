@@ -267,11 +267,11 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                        lambda_kmax=joint.slots)
     if "delta" in figures:
         figures["mu_mem_stable"] = figures["mu_mem"] * (1 - figures["delta"])
-        if never:  # every request is ignored: none is served
-            figures.update(mu_mem=0.0, mu_mem_stable=0.0, binding="memory", lambda_wait=None,
-                           fits=False)
-            if "lambda_joint" in figures:
-                figures["lambda_joint"] = 0.0
+    if never:  # every request is ignored: none is served
+        figures.update(mu_mem=0.0, mu_mem_stable=0.0, binding="memory", lambda_wait=None,
+                       fits=False)
+        if "lambda_joint" in figures:
+            figures["lambda_joint"] = 0.0
     return figures
 
 

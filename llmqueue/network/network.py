@@ -75,7 +75,6 @@ class Network:
         self.pools: Dict[str, Pool] = {}
         self.until: Optional[int] = None
         self.end: Optional[int] = None
-        self._endless = False
         #: (rate, count, initial) of each source, checked against the run size limit
         self._sources: List[Tuple[Optional[float], Optional[int], int]] = []
 
@@ -213,8 +212,6 @@ class Network:
         ``count`` in all (``None``: it never stops by itself, and a run then
         needs a horizon), which :meth:`run` checks against the requests-per-run
         limit before it starts."""
-        if count is None:
-            self._endless = True
         self._sources.append((rate, count, initial))
 
     # -- running ---------------------------------------------------------
@@ -226,7 +223,7 @@ class Network:
         if horizon is not None:
             validation.positive_number("horizon", horizon)
             self.until = to_ticks(horizon)
-        elif self._endless:
+        elif any(count is None for _, count, _ in self._sources):  # an endless source
             raise ValueError("horizon must be given for an endless arrival stream "
                              "(or give the workload a count)")
         horizon_s = None if self.until is None else self.until / TICKS_PER_SECOND
