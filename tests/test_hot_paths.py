@@ -16,7 +16,7 @@ from llmqueue.policies import make_policy
 HOT = [recorder.Recorder.commit, recorder.Recorder.start_run, recorder.Recorder.finish,
        recorder.Recorder._count, residents.Residents.apply, residents.Residents.repeats,
        processes.Engine.submit, processes.Engine.wake, processes.Engine.repeats,
-       context_runs.context_run, kv_recorder.MemoryRecorder._book,
+       context_runs.context_run, kv_recorder.MemoryRecorder.book,
        kv_recorder.MemoryRecorder.commit, kv_recorder.MemoryRecorder.level,
        kv_residents.MemoryResidents.apply, kv_residents.MemoryResidents.release,
        kv_scheduler.choose_roomy, kv_scheduler.repeats, kv_scheduler.memory_scheduler]

@@ -16,8 +16,8 @@ for the blocks that iterations ``1 .. j`` after the first add in all:
 * :func:`block_growth` gives ``P_m`` and ``P_1 + ... + P_(m-1)`` for
   ``m = k - 1`` in closed form, without a list, when all of them fit: the
   total the run takes and, for the time integral of blocks in use, the sum
-  of the levels it holds for a whole iteration (``_book`` in
-  :mod:`~llmqueue.engine.kv_recorder`).
+  of the levels it holds for a whole iteration
+  (:meth:`~llmqueue.engine.kv_recorder.MemoryRecorder.book`).
 
 ``tests/test_kv_blocks.py`` checks one against the other, and
 :func:`floor_sum` against its definition.

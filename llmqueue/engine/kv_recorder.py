@@ -201,7 +201,7 @@ class MemoryRecorder:
             if one[3] == 1:  # one iteration (most runs): booked when it ends
                 if now >= one[0]:
                     self._one = None
-                    self._ended(one[9], one[8])
+                    self.ended(one[9], one[8])
                     if self.log is not None:
                         self.log.append(KVBatch(one[4], one[5], one[8], one[9], one[10]))
                 return
@@ -214,8 +214,8 @@ class MemoryRecorder:
                 self._run = _Run(start, t, k, tokens, blocks, dtokens, dblocks, preemptions,
                                  recomputed, starts, due=start + t)
             else:  # the whole run at once (most announced runs)
-                self._ended(recomputed, preemptions)
-                self._book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
+                self.ended(recomputed, preemptions)
+                self.book(start, t, 1, k - 1, tokens, dtokens, blocks, dblocks)
                 return
         run = self._run
         if run is None or now < run.due:
@@ -224,12 +224,12 @@ class MemoryRecorder:
         last = min(run.k - 1, (now - start) // t)  # the last allocation by now
         first = run.allocated
         if last >= first:
-            self._book(start, t, first, last, run.tokens, run.dtokens, run.blocks, run.dblocks)
+            self.book(start, t, first, last, run.tokens, run.dtokens, run.blocks, run.dblocks)
             run.allocated = last + 1
         done = min(run.k, (now - start) // t)
         if done > run.done:
             if run.done == 0:
-                self._ended(run.recomputed, run.preemptions)
+                self.ended(run.recomputed, run.preemptions)
             if self.log is not None:
                 self.log.extend(_rows(run, run.done, done))
             run.done = done
@@ -237,42 +237,33 @@ class MemoryRecorder:
                 self._run = None
         run.due = start + min(run.allocated, run.done + 1) * t
 
-    def book(self, start: int, tokens: int, blocks: int, preemptions: int, recomputed: int,
-             t: int, k: int, dtokens: int, dblocks: Growth) -> None:
-        """A run that was not announced has ended: :meth:`allocate` and
-        :meth:`commit` of the whole run at once (nothing cut it, no row of it
-        is wanted, and nothing read the KV in use while it ran)."""
-        if recomputed or preemptions:
-            self._ended(recomputed, preemptions)
-        if k == 1:
-            self.level(start, tokens, blocks)
-        else:
-            self._book(start, t, 0, k - 1, tokens, dtokens, blocks, dblocks)
-
-    def _ended(self, recomputed: int, preemptions: int) -> None:
+    def ended(self, recomputed: int, preemptions: int) -> None:
         """The first iteration of a run ended: it recomputed ``recomputed``
         tokens, and its choice preempted ``preemptions`` residents."""
         self.recomputed += recomputed
         if preemptions:
             self.preempted_iterations += 1
 
-    def _book(self, start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
-              blocks: int, dblocks: Growth) -> None:
+    def book(self, start: int, t: int, first: int, last: int, tokens: int, dtokens: int,
+             blocks: int, dblocks: Growth) -> None:
         """Book allocations ``first - 1`` .. ``last - 1`` of a run from ``start``
         (of ``tokens`` / ``blocks`` growing by ``dtokens`` / ``dblocks``), each
         held until the next, and make allocation ``last`` the level: the
         current level, allocation ``first - 1`` (with ``first = 0``: the level
         before the run), is held from the last change to ``start + first * t``,
         the next ``last - first`` for ``t`` each (:meth:`level` once for all of
-        them, in closed form)."""
+        them, in closed form).  The scheduler calls it with ``first = 0`` for a
+        run it was not asked to announce, once the run has ended (nothing cut
+        it, no row of it is wanted, nothing read the KV in use while it ran):
+        :meth:`allocate` and :meth:`commit` of the whole run at once."""
         span = start + first * t - self._t
         count = last - first  # allocations held for a whole iteration
         js = (first + last - 1) * count // 2  # Σ j over first .. last - 1
-        if isinstance(dblocks, list):
+        if isinstance(dblocks, tuple):  # a whole run's sum and total (kv_blocks.block_growth)
+            grown, final = dblocks[0], blocks + dblocks[1]
+        elif isinstance(dblocks, list):
             grown = sum(dblocks[max(first - 1, 0):last - 1])
             final = blocks + dblocks[last - 1] if last else blocks
-        elif isinstance(dblocks, tuple):  # a whole run's sum and total (kv_blocks.block_growth)
-            grown, final = dblocks[0], blocks + dblocks[1]
         else:
             grown, final = dblocks * js, blocks + last * dblocks
         self._tokens_area += self.tokens * span + t * (count * tokens + dtokens * js)

@@ -325,10 +325,9 @@ class MemoryResidents(Residents):
         """Apply ``k`` identical iterations, keeping the memory records (``k > 1``
         only for runs without recompute, as the scheduler makes them)."""
         n, cs = self.iterations, self._clock_sum
-        decode = plan.decode
-        full = len(decode) == len(self.decoding)
-        touched = plan.prefill
-        if decode and not full:
+        decode, touched = plan
+        partial = len(decode) != len(self.decoding) and decode
+        if partial:
             touched = list(touched)
             touched.extend((r, 1) for r in decode)
             if self.due is not None:
@@ -342,8 +341,10 @@ class MemoryResidents(Residents):
         if prefilled:
             self.started_prefilling -= len(prefilled)  # served, so started
         self.iterations = n = n + k
-        ticks = clock[0] - c0  # k for a full decode batch, else 0
-        self._clock_sum = cs = cs + k * c0 + ticks * (ticks + 1) // 2
+        cs += k * c0  # the clock during the run: c0, or c0 + 1 .. c0 + k for a full decode batch
+        if clock[0] != c0:
+            cs += k * (k + 1) // 2
+        self._clock_sum = cs
         if touched:
             grown = k * (k + 1) // 2
             for r, tokens in touched:  # KV x since n0, then x + i tokens in iteration i of k
@@ -352,7 +353,7 @@ class MemoryResidents(Residents):
                 rec.area += x * (n - rec.n0) + tokens * grown
                 rec.n0 = n
                 rec.cs0 = cs
-        if decode and not full and self.due is not None:
+        if partial and self.due is not None:
             for r in decode:  # finishers too: :meth:`release` takes them out
                 self._due_add(r)
         if self.redo:

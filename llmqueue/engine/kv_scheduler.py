@@ -371,8 +371,13 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         recorder.commit(now)
         if announce:
             memory.commit(now)
-        else:
-            memory.book(start, held, used, preemptions, recomputed, t, k, tokens, grow)
+        else:  # booked at once: nothing cut the run or read its rows
+            if preemptions or recomputed:
+                memory.ended(recomputed, preemptions)
+            if k == 1:
+                memory.level(start, held, used)
+            else:
+                memory.book(start, t, 0, k - 1, held, tokens, used, grow)
         if finished:
             areas = residents.release(finished)
             memory.released(now, residents.used_tokens, kv.blocks - residents.free,
