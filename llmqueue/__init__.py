@@ -12,7 +12,7 @@ matplotlib nor the experiments.
 """
 
 from llmqueue import sweeps, theory
-from llmqueue.engine import KV, Diverged, Engine, Result, Stalled, simulate
+from llmqueue.engine import KV, Diverged, Engine, RequestIgnored, Result, Stalled, simulate
 from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
 from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma, Geometric,
                              Interpolated, LatencyModel, Linear, LogNormal, Mixture, Poisson,
@@ -38,8 +38,8 @@ __all__ = [
     "Geometric", "Interpolated", "JSQ", "JSQTokens", "JobContext", "KV", "LatencyModel",
     "Linear", "LogNormal", "Mixture", "ModelShape", "Network", "NetworkResult", "Orca",
     "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal",
-    "Request", "RequestClass", "Result", "Roofline", "RoundRobin", "Router", "SLO",
-    "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
+    "Request", "RequestClass", "RequestIgnored", "Result", "Roofline", "RoundRobin", "Router",
+    "SLO", "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
     "TraceTimes", "Traffic", "UniformInt", "VLLM", "Wait", "WholePrefill", "Workload", "by_class",
     "class_stream", "compose", "fit_linear", "fit_staircase", "from_list", "gpu",
     "job_summary", "kv_area", "kv_bytes_per_token", "kv_capacity", "kv_capacity_tokens",

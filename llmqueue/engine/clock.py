@@ -1,6 +1,6 @@
 """SimPy time helpers shared by the engine's processes and by networks: wait
-until a time in seconds, and an event that fires after everything else of the
-current instant."""
+until a time in seconds, an event that fires after everything else of the
+current instant, and an event that failed now."""
 
 from __future__ import annotations
 
@@ -62,4 +62,14 @@ def later_this_instant(env: simpy.Environment, priority: float) -> simpy.Event:
     event._value = None
     # SimPy annotates the priority as an int, but any number orders its heap
     env.schedule(event, priority)  # type: ignore[arg-type]
+    return event
+
+
+def failed(env: simpy.Environment, error: Exception) -> simpy.Event:
+    """An event that fails now with ``error``: a process that yields it has
+    ``error`` raised in it; one that nobody yields is dropped quietly (it is
+    defused: the failure is the caller's to read, not the run's end)."""
+    event = env.event()
+    event.fail(error)
+    event.defused = True
     return event

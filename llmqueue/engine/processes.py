@@ -43,9 +43,9 @@ import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
-from llmqueue.engine.clock import later_this_instant, now_ticks
+from llmqueue.engine.clock import failed, later_this_instant, now_ticks
 from llmqueue.engine.context_runs import context_run
-from llmqueue.engine.errors import Diverged, Stalled  # noqa: F401 - the engine's errors
+from llmqueue.engine.errors import Diverged, RequestIgnored, Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import MemoryRecorder
 from llmqueue.engine.kv_residents import Held
@@ -69,8 +69,7 @@ END_OF_INSTANT = 2
 class Engine:
     """One inference server in a SimPy environment."""
 
-    # Keep an engine under 30 instance attributes: CPython 3.11 specializes the
-    # attribute reads of such instances only (their keys shared by the class).
+    # Under 30 instance attributes: CPython 3.11 specializes only such instances' reads.
 
     def __init__(self, env: simpy.Environment, policy: Policy, *, bmax: Optional[int] = 128,
                  kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
@@ -199,15 +198,17 @@ class Engine:
 
     def call(self, vp: int, vd: int, klass: Hashable = None, *,
              prefilled: bool = False) -> simpy.Event:
-        """Submit a request of ``vp`` prefill and ``vd`` decode tokens now and
-        return an event that fires, with the :class:`Request` as its value,
-        when its last token is done.  Ids number this engine's arrivals from 0.
-        ``prefilled``: its prompt's KV, made elsewhere, arrives with it: it holds
-        it from its start (SPEC 7.1) and reads it as context (8.2) but
-        prefills nothing (its work is ``vd``)."""
+        """Submit a request of ``vp`` prefill and ``vd`` decode tokens now; the
+        event returned fires with the :class:`Request` when its last token is
+        done, or fails at once with :class:`RequestIgnored` if it can never fit
+        the KV cache.  Ids number this engine's arrivals from 0.  ``prefilled``:
+        its prompt's KV, made elsewhere, arrives with it: it holds it from its
+        start (SPEC 7.1), reads it as context (8.2), prefills nothing."""
         r = Request(self.recorder.arrivals, vp, vd, klass, prefilled=prefilled)
         r.on_finished = self.env.event()
         self.submit(r)
+        if r.memory is not None and r.memory.ignored:  # (submit warned of the first)
+            return failed(self.env, RequestIgnored(self.name, r.rid))
 
         def wait() -> Generator[simpy.Event, object, Request]:
             yield r.on_finished

@@ -10,11 +10,12 @@ import simpy
 from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import PAST_END, delay_until, now_ticks
+from llmqueue.engine.errors import Diverged
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
-from llmqueue.engine.processes import Diverged, Engine
+from llmqueue.engine.processes import Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
 from llmqueue.models.latency import LatencyModel

@@ -175,7 +175,11 @@ class Network:
                 routed(engine)
 
             def finish(finished: simpy.Event) -> None:
-                done.succeed(finished.value)
+                if finished.ok:
+                    done.succeed(finished.value)
+                else:  # it can never fit the engine's cache (Engine.call)
+                    done.fail(finished.value)  # type: ignore[arg-type]
+                    done.defused = True
 
             engine.call(vp, vd, klass, prefilled=prefilled).callbacks.append(finish)
 

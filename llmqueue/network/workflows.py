@@ -29,6 +29,7 @@ from llmqueue.common import validation
 from llmqueue.common.percentiles import named_percentiles
 from llmqueue.common.units import to_seconds, to_ticks
 from llmqueue.engine.clock import now_ticks, wait_until
+from llmqueue.engine.errors import RequestIgnored
 from llmqueue.network.network import Network
 from llmqueue.policies.view import Request
 
@@ -58,6 +59,9 @@ class JobRecord:
     start: int
     end: Optional[int] = None
     calls: List[CallRecord] = field(default_factory=list)
+    failed: Optional[str] = None
+    """Why the job stopped unfinished: a call it did not catch could never fit
+    its engine's KV cache (:class:`~llmqueue.engine.errors.RequestIgnored`)."""
 
     @property
     def e2e(self) -> Optional[float]:
@@ -161,16 +165,22 @@ def _source(net: Network, workflow: Workflow, clock: Iterator[float], klass: Has
 
 
 def _job(ctx: JobContext, workflow: Workflow) -> Generator[simpy.Event, object, None]:
-    yield from workflow(ctx)
+    try:
+        yield from workflow(ctx)
+    except RequestIgnored as error:  # the job cannot go on: it ends unfinished
+        ctx.record.failed = str(error)
+        return
     ctx.record.end = now_ticks(ctx.env)
 
 
 def job_summary(records: List[JobRecord]) -> Dict[str, Any]:
-    """Jobs started and finished, end-to-end percentiles and mean (seconds),
-    and calls per finished job."""
+    """Jobs started, finished and failed (a call that could never fit its
+    engine's KV cache), end-to-end percentiles and mean (seconds), and calls
+    per finished job."""
     done = [r for r in records if r.end is not None]
     e2e = [t for t in (r.e2e for r in done) if t is not None]  # every one: done jobs ended
-    out: Dict[str, Any] = {"jobs": len(records), "jobs_completed": len(done)}
+    out: Dict[str, Any] = {"jobs": len(records), "jobs_completed": len(done),
+                           "jobs_failed": sum(r.failed is not None for r in records)}
     out.update(named_percentiles("job_e2e", e2e))
     out["job_e2e_mean"] = float(np.mean(e2e)) if e2e else None
     out["calls_per_job"] = float(np.mean([len(r.calls) for r in done])) if done else None
