@@ -4,6 +4,7 @@ once with ``RequestIgnored``, so a workflow learns of it: one that does not
 catch it ends unfinished and is counted in ``jobs_failed``; one that catches
 it goes on.  Before, the event never fired and the job waited for ever."""
 
+import json
 import warnings
 
 import pytest
@@ -111,3 +112,17 @@ def test_a_call_nobody_waits_for_does_not_end_the_run():
     result = run_quietly(net)
     assert result.total.summary["ignored"] == 2
     assert result.total.summary["completed"] == 1
+
+
+def test_disaggregated_serving_with_a_cache_too_small_for_some_requests_reports_them(capsys):
+    # its whole-request figures read each job's calls: an ignored first call has no request
+    from llmqueue.cli.main import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["run", "disaggregated", "--set", "kv=500", "--horizon", "20", "--json"]) == 0
+    rows = {row["label"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["disaggregated/prefill"]["ignored"] > 0
+    total = rows["disaggregated/total"]
+    assert total["requests_failed"] > 0
+    assert total["requests_completed"] + total["requests_failed"] <= total["requests"]

@@ -68,7 +68,8 @@ def disaggregated(params: Dict[str, Any]):
 def request_figures(jobs: List[JobRecord]) -> Dict[str, Any]:
     """TTFT and TPOT of whole requests from their calls (seconds): TTFT from
     arrival to the first output token, TPOT over the remaining tokens
-    (transfer included)."""
+    (transfer included); requests that failed (a hop that can never fit its
+    engine's KV cache) are counted apart."""
     ttft, tpot, e2e = [], [], []
     for job in jobs:
         first = job.calls[0].resident
@@ -83,7 +84,8 @@ def request_figures(jobs: List[JobRecord]) -> Dict[str, Any]:
             vd = first.vd - 1 + (last.vd if len(job.calls) > 1 else 1)
             if vd > 1:
                 tpot.append(to_seconds(job.end - first.first_token) / (vd - 1))
-    out: Dict[str, Any] = {"requests": len(jobs), "requests_completed": len(e2e)}
+    out: Dict[str, Any] = {"requests": len(jobs), "requests_completed": len(e2e),
+                           "requests_failed": sum(job.failed is not None for job in jobs)}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out.update(named_percentiles(name, values))
     return out

@@ -45,8 +45,10 @@ class CallRecord:
 
     @property
     def resident(self) -> Optional[Request]:
-        """The finished request, or ``None`` while it runs."""
-        return self.event.value if self.event.processed else None
+        """The finished request, or ``None`` while it runs (and for a call that
+        failed: one that could never fit its engine's KV cache)."""
+        event = self.event
+        return event.value if event.processed and event.ok else None
 
 
 @dataclass
