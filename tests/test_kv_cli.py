@@ -149,6 +149,28 @@ def test_capacity_says_when_no_request_fits_or_no_wait_quota_fits(capsys):
     assert doc["wait_kv"] == 777_935 and doc["lambda_wait"] is None
 
 
+WAIT_ENGINE = ["--set", "kv=100000", "--set", "vp=20", "--set", "vd=200", "--set", "c=0.02",
+               "--set", "a=2e-5", "--set", "b0=1", "--set", "bmax=1000000", "--set", "kmax=none",
+               "--set", "chunked=false", "--set", "scheduler=wait"]
+
+
+@pytest.mark.parametrize("quota", [None, 3, 5])
+def test_capacity_takes_the_wait_quota_it_is_given(capsys, quota):
+    """A request of (20, 200) holds g = 200 * 20 + 200 * 201 / 2 = 24,120
+    token-iterations: the quota of M = 100,000 tokens is 4 (96,480); a quota
+    of 3 steadies at 72,360, one of 5 at 120,600 > M (WAIT would preempt).
+    ``wait_n`` was checked, then ignored (always 4)."""
+    extra = [] if quota is None else ["--set", f"wait_n={quota}"]
+    doc = run_json(capsys, "capacity", *WAIT_ENGINE, *extra)
+    n = 4 if quota is None else quota
+    assert (doc["wait_n"], doc["wait_kv"]) == (n, n * 24_120)
+    assert (doc["lambda_wait"] is None) == (n == 5)
+    assert main(["capacity", *WAIT_ENGINE, *extra]) == 0
+    text = capsys.readouterr().out
+    assert f"quota n = {n}," in text
+    assert ("this quota does not fit" in text) == (n == 5)
+
+
 def test_logs_carry_the_kv_columns(tmp_path, capsys):
     batches, requests = tmp_path / "b.csv", tmp_path / "r.csv"
     assert main(["run", "single", "--set", "kv=40000", "--horizon", "30",

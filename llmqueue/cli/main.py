@@ -296,7 +296,8 @@ def memory_lines(doc: Dict[str, Any]) -> str:
         lines.append(f"WAIT            quota n = {doc['wait_n']}, steady KV n g = "
                      f"{doc['wait_kv']:,.0f} tokens: "
                      + (f"lambda_WAIT = {doc['lambda_wait']:.4g} req/s" if fits else
-                        "more than M, so WAIT would preempt (threshold_error): no quota fits"))
+                        "more than M, so WAIT would preempt (threshold_error): "
+                        + ("no quota fits" if doc["wait_n"] == 1 else "this quota does not fit")))
     return "\n".join(lines)
 
 

@@ -227,9 +227,10 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     """``mu_mem``, ``lambda_joint``, ``binding`` (SPEC 7.6, 9), the cache's
     ``kv_capacity`` (tokens), ``kv_area`` (E[g]), ``b_star``, ``lambda_kmax``
     (with kmax) and, for fixed sizes, ``delta``, ``mu_mem_stable``
-    (``mu_mem (1 - delta)``), WAIT's quota ``wait_n``, its steady KV ``wait_kv``
-    and ``lambda_wait``, for requests of sizes ``vp`` and ``vd`` (fixed
-    counts or size laws) on the engine of ``p``, when it has a KV cache (else
+    (``mu_mem (1 - delta)``), WAIT's quota ``wait_n`` (the one ``p`` gives, else
+    the largest that fits), its steady KV ``wait_kv`` and ``lambda_wait``, for
+    requests of sizes ``vp`` and ``vd`` (fixed counts or size laws) on the
+    engine of ``p``, when it has a KV cache (else
     ``{}``): chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else
     whole prompts; no budget counts as whole prompts and an unbounded compute.
     ``E[g]`` is :func:`~llmqueue.theory.memory.law_kv_area` and the mean
@@ -250,8 +251,10 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
         never = not kv.fits_ever(vp, vd)
         share = memory.delta(vp + vd, kv.tokens)
-        n = wait.wait_thresholds([(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
-                                   block_size=kv.block_size)
+        quota = p.get("wait_n")  # the quota asked for, else the largest that fits
+        n = [quota] if quota is not None else wait.wait_thresholds(
+            [(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
+            block_size=kv.block_size)
         whole = (memory.kv_area(vp, vd) if kv.block_size == 1
                  else memory.kv_area_blocks(vp, vd, kv.block_size))
         fits = n[0] * whole <= kv.tokens  # else WAIT preempts: no quota fits
