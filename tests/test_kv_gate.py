@@ -146,6 +146,25 @@ def test_new_starts_follow_the_wait_line_across_decodes_and_prompts():
     assert g.starts == [p, d1]
 
 
+def test_fresh_starts_keep_the_proposal_order_behind_the_preempted():
+    """Without a victim among them, new starts follow the proposal (SPEC 7.3
+    step 3), a decodes-first policy's decodes before its chunks: D (no prompt,
+    admitted after U) starts before U, as ``sarathi`` serves it without a
+    cache; a prefill-first proposal starts U first.  A victim P still heads
+    both lines."""
+    u = req("U", 10, 2, prefill_left=10)
+    d = req("D", 0, 3, prefill_left=0)
+    u.seq, d.seq = FRESH + 1, FRESH + 2  # U admitted before D
+    g = gate(Plan([d], [(u, 10)]), LAZY, 100, 4, [])
+    assert g.starts == [d, u] and ids(g.plan) == (["D"], [("U", 3)])
+    g = gate(Plan([d], [(u, 10)]), LAZY, 100, 4, [], prefill_first=True)
+    assert g.starts == [u] and ids(g.plan) == ([], [("U", 4)])
+    p = req("P", 2, 5, prefill_left=2)
+    p.seq = PREEMPTED
+    g = gate(Plan([d], [(p, 2), (u, 10)]), LAZY, 100, 4, [])
+    assert g.starts == [p, d, u] and ids(g.plan) == (["D"], [("P", 2), ("U", 1)])
+
+
 def test_whole_prompts_are_never_cut_and_block_the_line():
     # chunked=false, 30 tokens of budget left: U1's 50-token prompt stops pass 2
     # even though U2's 5 tokens would fit.

@@ -234,3 +234,18 @@ def test_wait_serves_a_decode_pool_of_prefilled_requests():
     assert s["completed"] == 12 and s["preemptions"] == 0
     assert sum(b.decode_tokens for b in result.batch_log) == 12 * 100
     assert sum(b.prefill_tokens for b in result.batch_log) == 0
+
+
+def test_a_cache_that_never_binds_leaves_sarathi_batches_with_a_promptless_request_unchanged():
+    """SPEC 7.4: ``sarathi`` + ``lazy`` keeps its token choices.  A request
+    with no prompt (2) admitted with an older prompt (1) gets its decode
+    first, as without a cache: new starts follow the proposal, decodes first
+    (7.3 step 3).  Before, they followed admission order and 1's chunk took
+    the budget: batch 2 was decode [0] + 3 prompt tokens, not [0, 2] + 2."""
+    rows = [(0, 1, 5), (0.01, 10, 2), (0.01, 0, 3)]
+    logs = []
+    for kv in (None, q.KV(capacity_tokens=10**6)):
+        r = q.simulate(q.from_list(rows), "sarathi", bmax=4, kmax=None, kv=kv, batches=True)
+        logs.append([(b["decode"], b["prefill"]) for b in r.batches()])
+    assert logs[0][1] == ([0, 2], {1: 2})
+    assert logs[1] == logs[0]

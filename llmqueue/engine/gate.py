@@ -9,20 +9,19 @@ A policy proposes as in section 3, with no token budget; the gate charges
   blocks are free, the started resident with the latest (re)start that the
   pass has not yet allocated is preempted (its blocks come free); if that
   victim is the item's own resident, the item is dropped and pass 1 ends;
-* **pass 2**, new starts, only when pass 1 preempted nobody, in the wait
-  line's order: the proposal's decode items and its prefill items, each
-  list in proposal order, merged by the residents' order keys (preempted
-  first, then by admission, SPEC 7.2); each starts if
-  ``free - need >= reserve`` (the watermark); the first that does not stops
-  all further new starts (head of line).  A plan lists its decodes apart
-  from its chunks, so "proposal order" alone would put every unstarted
-  decoder (a request without a prompt to prefill: ``vp = 0``, or one that
-  arrived prefilled) ahead of a preempted request waiting to recompute,
-  which SPEC 7.3 step 4 keeps at the head of the line.
+* **pass 2**, new starts, only when pass 1 preempted nobody: the preempted
+  residents' items first, by their order keys (SPEC 7.3 step 4: a victim
+  stands at the head of the unstarted residents, never behind requests
+  admitted after it started; a plan lists its decodes apart from its chunks,
+  so its order alone would put every unstarted decoder, a request with no
+  prompt to prefill (``vp = 0``) or one that arrived prefilled, ahead of a
+  victim waiting to recompute its prompt), then the others in proposal order
+  (step 3); each starts if ``free - need >= reserve`` (the watermark); the
+  first that does not stops all further new starts (head of line).
 
 The budget: an item bigger than what is left of ``bmax`` is cut to it when
 prompts may be chunked; a whole prompt that does not fit is skipped in pass 1
-and stops pass 2.  Pass 1's "proposal order" reads a plan as its decodes,
+and stops pass 2.  Both passes read "proposal order" as a plan's decodes,
 then its prefill chunks (the other way round for a prefill-first policy,
 ``orca``).
 
@@ -37,7 +36,7 @@ import heapq
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from llmqueue.engine.kv import KV, is_started
-from llmqueue.policies.view import UNSTARTED, Plan, Request
+from llmqueue.policies.view import FRESH, UNSTARTED, Plan, Request
 
 #: The started residents, oldest (re)start first, or a function giving them.
 StartedOrder = Union[Sequence[Request], Callable[[], Sequence[Request]]]
@@ -98,7 +97,7 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
     if not walk.victims:
         fresh = () if decode_need is not None else decode
         left, free, blocks = _pass_two(fresh, prefill, kv, free, left, blocks, chunked,
-                                       starts, accepted)
+                                       prefill_first, starts, accepted)
     if walk.all_decoders:  # every decode item is started and was accepted
         out_decode: Sequence[Request] = decode
     else:
@@ -243,22 +242,25 @@ class _PassOne:
         return victim is r
 
 
-def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]]
-              ) -> List[Tuple[Request, int, bool]]:
-    """The unstarted items of a proposal as one line ``(resident, tokens, is a
-    decode)``: its ``decode`` and its ``prefill`` items, each in proposal
-    order, merged by their residents' order keys (``Request.seq``: preempted
-    first, then by admission).  The built-in policies list both in that order,
-    so the line is the wait line itself."""
+def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
+              prefill_first: bool = False) -> List[Tuple[Request, int, bool]]:
+    """The unstarted items of a proposal as pass 2 walks them, ``(resident,
+    tokens, is a decode)``: the items of preempted residents first, the
+    proposal's decodes and chunks among them merged by order key (preempted
+    latest step first), then the others in proposal order (its decodes, then
+    its chunks; chunks first for a prefill-first policy)."""
     decodes = [(r, 1, True) for r in decode]
     chunks = [(r, n, False) for r, n in prefill]
-    if not decodes or not chunks:
-        return decodes or chunks
-    return list(heapq.merge(decodes, chunks, key=_seq_of_item))
+    line = chunks + decodes if prefill_first else decodes + chunks
+    if all(item[0].seq >= FRESH for item in line):  # nobody preempted: proposal order
+        return line
+    victims = heapq.merge([i for i in decodes if i[0].seq < FRESH],
+                          [i for i in chunks if i[0].seq < FRESH], key=_seq_of_item)
+    return [*victims, *(i for i in line if i[0].seq >= FRESH)]
 
 
 def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,
-              free: int, left: int, blocks: int, chunked: bool,
+              free: int, left: int, blocks: int, chunked: bool, prefill_first: bool,
               starts: List[Request], accepted: Dict[int, int]) -> Tuple[int, int, int]:
     """Pass 2: new starts until the first that does not fit; returns ``(left, free, blocks)``."""
     fresh_decode = [r for r in decode if not is_started(r)]
@@ -266,7 +268,7 @@ def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
     if not fresh_decode and not fresh_prefill:
         return left, free, blocks
     reserve = kv.reserve
-    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill):
+    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill, prefill_first):
         if left <= 0:
             break
         if n > left:

@@ -16,9 +16,9 @@ from SPEC 7, scanning every resident at every step:
   oldest first), then the others ``(2, admission)``;
 * the policy proposes with no budget; the gate (SPEC 7.3) walks the started
   residents' items (pass 1, preempting the latest start not yet allocated),
-  then, only if nobody was preempted, the new starts (pass 2, head of line,
-  in the wait line's order: the proposal's decodes and chunks, each in
-  proposal order, merged by key);
+  then, only if nobody was preempted, the new starts (pass 2, head of line:
+  the preempted residents' items first, by key, then the others in proposal
+  order);
   it re-proposes after a preemption that accepted nothing and falls back to the
   started residents alone when nothing was accepted (SPEC 7.3 steps 1 and 5).
 
@@ -39,7 +39,6 @@ moved at a choice costs ``swap_seconds_per_token`` each, added to the iteration.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -229,9 +228,11 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         starts: List[Request] = []
         if not victims:
             fresh = [item for item in items if not started(item[0])]
-            # pass 2: decodes and chunks, each in proposal order, merged into the wait line
-            line = heapq.merge([i for i in fresh if i[2]], [i for i in fresh if not i[2]],
-                               key=lambda item: item[0].memory.key)
+            # pass 2: the preempted first (by key: decodes and chunks merged), then the
+            # others in proposal order
+            victims_first = sorted((i for i in fresh if i[0].memory.key[0] == 1),
+                                   key=lambda item: item[0].memory.key)
+            line = victims_first + [i for i in fresh if i[0].memory.key[0] != 1]
             for r, n, decode in line:
                 if left <= 0:
                     break
