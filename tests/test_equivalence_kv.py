@@ -12,7 +12,8 @@ import llmqueue as q
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.reference import run_reference
 from llmqueue.engine.reference_kv import run_reference_kv
-from llmqueue.policies.builtin import make_policy
+from llmqueue.policies.builtin import ClassPriority, FunctionPolicy, Sarathi, make_policy
+from llmqueue.policies.view import Plan
 
 pytestmark = pytest.mark.filterwarnings("ignore:request .* can never fit")
 
@@ -259,3 +260,33 @@ def test_a_run_the_horizon_ends_or_cuts_books_as_with_logs(horizon):
     assert q.simulate(q.from_list(rows), "sarathi", kv=kv, **options).summary["kv_mean"] == \
         pytest.approx(mean)
     assert ref is not None
+
+
+def shortest_prompt_first(view, budget):
+    """A user policy: every decoder (the view's own list), then prompts
+    shortest first: it lists preempted prompts out of their key order."""
+    left = budget - len(view.decoding)
+    chunks = []
+    for r in sorted(view.prefilling, key=lambda r: (r.prefill_left, r.rid)):
+        if left <= 0:
+            break
+        chunks.append((r, min(r.prefill_left, left)))
+        left -= chunks[-1][1]
+    return Plan(view.decoding, chunks)
+
+
+@pytest.mark.parametrize("policy", ["classes", "shortest-first"])
+@pytest.mark.parametrize("seed", range(6))
+def test_policies_that_reorder_the_wait_line_match_the_reference(seed, policy):
+    """Pass 2 walks the preempted residents by their order keys, however the
+    policy lists them (``ClassPriority`` groups by class first; a user
+    policy may sort prompts by size), then the rest in proposal order: the
+    engine, its shortcut for a proposal that serves every decoder, and the
+    reference agree batch for batch."""
+    rng = random.Random(seed)
+    rows = [(t, p, d, rng.choice("ab")) for t, p, d in random_rows(rng, 60, 20.0)]
+    kv = q.KV(capacity_tokens=rng.choice([192, 256, 320]))
+    chosen = (ClassPriority(Sarathi(), ["a", "b"]) if policy == "classes"
+              else FunctionPolicy(shortest_prompt_first))
+    ref = compare(rows, chosen, kv, bmax=64, kmax=None, latency=q.Constant(0.02))
+    assert ref is not None and sum(r.memory.preemptions for r in ref.requests) > 0

@@ -165,6 +165,21 @@ def test_fresh_starts_keep_the_proposal_order_behind_the_preempted():
     assert g.starts == [p, d, u] and ids(g.plan) == (["D"], [("P", 2), ("U", 1)])
 
 
+@pytest.mark.parametrize("hint", [1, None])
+def test_the_shortcut_for_a_full_decode_batch_starts_whom_pass_two_starts(hint):
+    """With every decoder started and their blocks known (``decode_need``),
+    the gate takes a shortcut; it must walk new starts as pass 2 does: the
+    victim V (50 blocks, 39 free) first, which stops the line, so F, listed
+    first, does not start either."""
+    a = req("A", 10, 5, prefill_left=0, decoded=2, start=0)  # its decode: 1 block
+    f, v = req("F", 5, 1), req("V", 50, 1)
+    v.seq = PREEMPTED
+    g = gate(Plan([a], [(f, 5), (v, 50)]), LAZY, 40, 128, started_order(a), decode_need=hint)
+    assert g.starts == [] and ids(g.plan) == (["A"], []) and g.free == 39
+    g = gate(Plan([a], [(f, 5), (v, 50)]), LAZY, 60, 128, started_order(a), decode_need=hint)
+    assert g.starts == [v, f] and ids(g.plan) == (["A"], [("F", 5), ("V", 50)])
+
+
 def test_whole_prompts_are_never_cut_and_block_the_line():
     # chunked=false, 30 tokens of budget left: U1's 50-token prompt stops pass 2
     # even though U2's 5 tokens would fit.

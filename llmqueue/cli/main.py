@@ -297,7 +297,8 @@ def memory_lines(doc: Dict[str, Any]) -> str:
                      f"{doc['wait_kv']:,.0f} tokens: "
                      + (f"lambda_WAIT = {doc['lambda_wait']:.4g} req/s" if fits else
                         "more than M, so WAIT would preempt (threshold_error): "
-                        + ("no quota fits" if doc["wait_n"] == 1 else "this quota does not fit")))
+                        + ("no quota fits" if doc["wait_n"] == 1 else
+                           "this quota does not fit (without wait_n: the largest that does)")))
     return "\n".join(lines)
 
 

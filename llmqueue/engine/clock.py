@@ -1,6 +1,6 @@
 """SimPy time helpers shared by the engine's processes and by networks: wait
 until a time in seconds, an event that fires after everything else of the
-current instant, and an event that failed now."""
+current instant, and failing an event quietly."""
 
 from __future__ import annotations
 
@@ -65,11 +65,10 @@ def later_this_instant(env: simpy.Environment, priority: float) -> simpy.Event:
     return event
 
 
-def failed(env: simpy.Environment, error: Exception) -> simpy.Event:
-    """An event that fails now with ``error``: a process that yields it has
-    ``error`` raised in it; one that nobody yields is dropped quietly (it is
-    defused: the failure is the caller's to read, not the run's end)."""
-    event = env.event()
+def fail_quietly(event: simpy.Event, error: Exception) -> simpy.Event:
+    """Fail ``event`` now with ``error`` and return it: a process that yields
+    it has ``error`` raised in it; if nobody yields it, it is dropped quietly
+    (defused: the failure is the caller's to read, not the run's end)."""
     event.fail(error)
     event.defused = True
     return event

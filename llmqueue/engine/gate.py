@@ -32,7 +32,6 @@ The engine preempts the victims, starts the new starts and allocates.
 
 from __future__ import annotations
 
-import heapq
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from llmqueue.engine.kv import KV, is_started
@@ -142,8 +141,8 @@ def quick_gate(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
     starts: List[Request] = []
     if fresh:
         reserve = kv.reserve
-        for item in fresh:
-            r, n = item
+        for r, n, _ in wait_line((), fresh):  # the preempted first, as pass 2 walks them
+            item = (r, n)
             if left <= 0:
                 break
             if n > left:
@@ -159,8 +158,8 @@ def quick_gate(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
             left -= n
             ours.append(item)
             starts.append(r)
-        if starts and any(r.seq < UNSTARTED for r, _ in prefill[prefill.index(fresh[0]):]):
-            accepted = {id(r): n for r, n in ours}  # proposal order, interleaved
+        if starts and any(r.seq < FRESH for r, _ in prefill[prefill.index(fresh[0]):]):
+            accepted = {id(r): n for r, n in ours}  # back to proposal order
             ours = [(r, accepted[id(r)]) for r, _ in prefill if id(r) in accepted]
     return Gated(Plan(decode, ours), [], starts, blocks, free)
 
@@ -245,18 +244,17 @@ class _PassOne:
 def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
               prefill_first: bool = False) -> List[Tuple[Request, int, bool]]:
     """The unstarted items of a proposal as pass 2 walks them, ``(resident,
-    tokens, is a decode)``: the items of preempted residents first, the
-    proposal's decodes and chunks among them merged by order key (preempted
-    latest step first), then the others in proposal order (its decodes, then
-    its chunks; chunks first for a prefill-first policy)."""
+    tokens, is a decode)``: the items of preempted residents first, by order
+    key (the latest preemption step first, whatever order the policy listed
+    them in), then the others in proposal order (its decodes, then its
+    chunks; chunks first for a prefill-first policy)."""
     decodes = [(r, 1, True) for r in decode]
     chunks = [(r, n, False) for r, n in prefill]
     line = chunks + decodes if prefill_first else decodes + chunks
     if all(item[0].seq >= FRESH for item in line):  # nobody preempted: proposal order
         return line
-    victims = heapq.merge([i for i in decodes if i[0].seq < FRESH],
-                          [i for i in chunks if i[0].seq < FRESH], key=_seq_of_item)
-    return [*victims, *(i for i in line if i[0].seq >= FRESH)]
+    victims = sorted((i for i in line if i[0].seq < FRESH), key=_seq_of_item)
+    return victims + [i for i in line if i[0].seq >= FRESH]
 
 
 def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,

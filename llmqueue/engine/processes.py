@@ -43,7 +43,7 @@ import simpy
 
 from llmqueue.common import validation
 from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
-from llmqueue.engine.clock import failed, later_this_instant, now_ticks
+from llmqueue.engine.clock import fail_quietly, later_this_instant, now_ticks
 from llmqueue.engine.context_runs import context_run
 from llmqueue.engine.errors import Diverged, RequestIgnored, Stalled
 from llmqueue.engine.kv import KV
@@ -208,7 +208,7 @@ class Engine:
         r.on_finished = self.env.event()
         self.submit(r)
         if r.memory is not None and r.memory.ignored:  # (submit warned of the first)
-            return failed(self.env, RequestIgnored(self.name, r.rid))
+            return fail_quietly(self.env.event(), RequestIgnored(self.name, r.rid))
 
         def wait() -> Generator[simpy.Event, object, Request]:
             yield r.on_finished

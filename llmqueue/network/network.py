@@ -20,7 +20,7 @@ import simpy
 
 from llmqueue.common import limits, validation
 from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
-from llmqueue.engine.clock import later_this_instant, now_ticks, wait_until
+from llmqueue.engine.clock import fail_quietly, later_this_instant, now_ticks, wait_until
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_recorder import KVBatch, MemoryRecorder, memory_figures
@@ -178,8 +178,7 @@ class Network:
                 if finished.ok:
                     done.succeed(finished.value)
                 else:  # it can never fit the engine's cache (Engine.call)
-                    done.fail(finished.value)  # type: ignore[arg-type]
-                    done.defused = True
+                    fail_quietly(done, finished.value)  # type: ignore[arg-type]
 
             engine.call(vp, vd, klass, prefilled=prefilled).callbacks.append(finish)
 
