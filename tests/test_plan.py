@@ -200,3 +200,17 @@ def test_e86_routers():
     assert k["jsq-tokens"] is not None and k["random"] is not None
     assert 3 <= k["jsq-tokens"] <= k["random"]
     assert not math.isnan(k["jsq-tokens"])
+
+
+def test_strict_wait_drains_at_the_end_of_each_replication():
+    """Strict WAIT idles until its quota of requests is present, and drains
+    once the arrivals are over (SPEC 7.5).  The planner never said they were
+    over, so the last requests of every replication waited for ever, counted
+    as misses: goodput 0 at every rate.  At a quarter of lambda_tok = 13.87
+    req/s WAIT's TTFT is far below 5 s (it waits for a group of whole prompts,
+    of some tenths of a second at this rate)."""
+    # quota 4: g = 112 * 129 + 112 * 113 / 2 = 20,776 tokens each, 4 g <= 100,000
+    wait = EngineSpec(q.Wait(n=4), bmax=512, kmax=None, kv=q.KV(capacity_tokens=100_000))
+    r = plan(Traffic(q.Fixed(129), q.Fixed(112)), wait, SLO(ttft=5.0), n_requests=300, reps=2)
+    assert r.attainment_zero_load == 1.0
+    assert r.goodput > 0.25 * LAMBDA_TOK

@@ -172,6 +172,13 @@ def run_replication(task: Task) -> Run:
                 monitor.open.append((i - task.n_warm, r))
                 requests.append(r)
             arrived[0] = i + 1
+        # once the last request is routed, a policy that idles on purpose (strict
+        # WAIT) is told that nothing more will come, and drains (SPEC 7.5)
+        later_this_instant(env, ROUTING).callbacks.append(end_arrivals)
+
+    def end_arrivals(_: simpy.Event) -> None:
+        for e in engines:
+            e.end_arrivals()
 
     first = to_ticks(float(times[task.n_warm]))
     edges = [first + (last - first) * j // 10 for j in range(11)]
