@@ -202,3 +202,26 @@ def test_capacity_prints_spec_7_8_3_closed_forms(capsys):
     assert main(argv[1:1] + ["capacity"] + argv[2:]) == 0
     text = capsys.readouterr().out
     assert "memory binds" in text and "lambda_WAIT = 106.4" in text
+
+
+BOUND = ["--set", "scheduler=sarathi", "--set", "bmax=512", "--set", "kmax=none",
+         "--set", "vp=129", "--set", "vd=112", "--set", "arrival=poisson", "--set", "rate=13"]
+
+
+def test_the_prediction_counts_memory_where_it_binds(capsys):
+    """13 req/s is 0.94 of sarathi-512's compute capacity (Theorem 2:
+    stable), but a 20,000-token cache serves at most mu_mem = 12.73 req/s of
+    these requests (SPEC 7.6: lambda <= mu_mem is necessary), so both
+    ``capacity`` and ``run`` predict unstable, as the run measures; without
+    the cache, or with a cache that binds above the rate, Theorem 2 stands."""
+    doc = run_json(capsys, "capacity", *BOUND, "--set", "kv=20000")
+    assert doc["binding"] == "memory" and 12.5 < doc["lambda_joint"] < 13
+    assert doc["load"] < 0.95
+    assert doc["verdicts"]["sarathi"]["predicted"] == "unstable"
+    assert run_json(capsys, "capacity", *BOUND)["verdicts"]["sarathi"]["predicted"] == "stable"
+    roomy = run_json(capsys, "capacity", *BOUND, "--set", "kv=200000")
+    assert roomy["lambda_joint"] > 13 and roomy["verdicts"]["sarathi"]["predicted"] == "stable"
+    row = run_json(capsys, "run", "single", *BOUND, "--set", "kv=20000", "--horizon", "30")
+    assert row["rows"][0]["predicted"] == "unstable"
+    assert main(["run", "single", *BOUND, "--set", "kv=20000", "--horizon", "30"]) == 0
+    assert "theory: unstable (load 0.937; memory binds at 12.73 req/s)" in capsys.readouterr().out

@@ -282,3 +282,17 @@ def test_public_names_are_exported():
     for name in ("wait_thresholds", "lambda_wait", "nested_wait_quotas"):
         assert getattr(theory, name) is getattr(wait, name)
         assert name in theory.__all__
+
+
+@pytest.mark.parametrize("predicted, rate, binding, expected", [
+    ("stable", 13.0, "memory", "unstable"),       # above mu_mem: a necessary condition fails
+    ("no guarantee", 13.0, "memory", "unstable"),
+    ("stable", 12.5, "memory", "boundary"),        # at it
+    ("stable", 10.0, "memory", "stable"),          # below it Theorem 2 stands
+    ("stable", 13.0, "compute", "stable"),         # memory does not bind
+    ("unstable", 1.0, "memory", "unstable"),
+])
+def test_a_prediction_with_memory(predicted, rate, binding, expected):
+    from llmqueue.theory.stability import with_memory
+    assert with_memory(predicted, rate, 12.5, binding) == expected
+    assert with_memory(predicted, rate, None, binding) == predicted  # no joint capacity known

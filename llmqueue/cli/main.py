@@ -225,7 +225,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     from llmqueue.experiments.traffic import mean_sizes
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
-    from llmqueue.theory.stability import predict
+    from llmqueue.theory.stability import predict, with_memory
     p = experiments.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
     if p["bmax"] is None:
         raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
@@ -237,7 +237,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     names = [p["scheduler"]] if args.scheduler else [  # wait needs a KV cache
         name for name in policy_names() if p["kv"] is not None
         or not getattr(make_policy(name), "needs_kv", False)]
-    verdicts = {}
+    verdicts: Dict[str, Dict[str, Any]] = {}
     for name in names:
         wc = make_policy(name, chunked=p["chunked"]).work_conserving
         verdicts[name] = {"work_conserving": wc,
@@ -251,7 +251,13 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "load": theory.load(rate, bmax, vp, vd, latency),
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
            "params": p, "verdicts": verdicts}
-    doc.update(memory_capacity(p, p["vp"], p["vd"], latency))
+    memory = memory_capacity(p, p["vp"], p["vd"], latency)
+    doc.update(memory)
+    if memory.get("fits", True):  # where memory binds, a rate above it is unstable (SPEC 7.6)
+        for verdict in verdicts.values():
+            verdict["predicted"] = with_memory(
+                verdict["predicted"], rate, memory.get("lambda_joint", memory.get("mu_mem")),
+                memory.get("binding"))
     if args.json:
         print(strict_json(doc))
         return
@@ -269,7 +275,8 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         print(memory_lines(doc) + "\n")
     print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
                   "predicted": v["predicted"]} for n, v in verdicts.items()],
-                [("wc", "work-conserving", "{}"), ("predicted", "Theorem 2 predicts", "{}")]))
+                [("wc", "work-conserving", "{}"),
+                 ("predicted", "predicted (Theorem 2" + (", memory)" if memory else ")"), "{}")]))
 
 
 def memory_lines(doc: Dict[str, Any]) -> str:

@@ -86,11 +86,20 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
         if s.get("verdict") is None or s.get("backlog_slope") is None:
             continue
         theory = "" if s.get("predicted") is None else \
-            f"; theory: {s['predicted']} (load {s['load']:.3f})"
+            f"; theory: {s['predicted']} (load {s['load']:.3f}{memory_note(s)})"
         out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
                    f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
                    f"{s['verdict']}{theory}")
     return out
+
+
+def memory_note(s: Mapping[str, Any]) -> str:
+    """Where a KV cache binds the joint capacity, the rate it binds at
+    (SPEC 7.6: the prediction then counts it)."""
+    joint = s.get("lambda_joint", s.get("mu_mem"))
+    if s.get("binding") != "memory" or joint is None:
+        return ""
+    return f"; memory binds at {joint:.4g} req/s"
 
 
 def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],

@@ -23,6 +23,7 @@ from llmqueue.models.sizes import SizeLaw, mean_chunks
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
 from llmqueue.theory import memory, wait
+from llmqueue.theory.stability import with_memory
 
 Rows = List[Tuple[str, Result]]
 """An experiment's output: ``(label, result)`` per row."""
@@ -220,6 +221,21 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
               restart=p["kv_restart"], watermark=p["kv_watermark"],
               swap_tokens=p.get("kv_swap"), swap_seconds_per_token=p.get("kv_swap_cost", 0.0),
               max_tokens=p.get("kv_max_tokens"))
+
+
+def add_memory_capacity(result: Result, p: Mapping[str, Any], latency: Any,
+                        rate: float) -> None:
+    """Give ``result``, a run of the engine of ``p`` at ``rate`` req/s, the
+    figures of :func:`memory_capacity` and the prediction they imply where
+    memory binds (:func:`~llmqueue.theory.stability.with_memory`: Theorem 2's
+    verdict knows compute only)."""
+    figures = memory_capacity(p, p["vp"], p["vd"], latency)
+    predicted = result.summary.get("predicted")
+    if predicted is not None and figures.get("fits", True):
+        figures["predicted"] = with_memory(predicted, rate,
+                                           figures.get("lambda_joint", figures.get("mu_mem")),
+                                           figures.get("binding"))
+    result.add_figures(**figures)
 
 
 def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Tuple
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
-                                       memory_capacity, register)
+                                       add_memory_capacity, register)
 from llmqueue.experiments.traffic import size_param, workload_of
 
 GAP = 0.4675          # seconds between arrivals
@@ -67,7 +67,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
         kwargs = engine_kwargs(p)
         result = simulate(workload_of(p, 0, gap=p["gap"]),
                           horizon=options.horizon or HORIZON, **kwargs, **options.logs())
-        result.add_figures(**memory_capacity(p, p["vp"], p["vd"], kwargs["latency"]))
+        add_memory_capacity(result, p, kwargs["latency"], 1 / p["gap"])
         out.append((label(name, bmax, chunked), result))
     return out
 

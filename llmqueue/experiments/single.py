@@ -9,7 +9,7 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
-                                       memory_capacity, register)
+                                       add_memory_capacity, register)
 from llmqueue.experiments.traffic import WORKLOAD_PARAMS, size_param, workload_of
 
 
@@ -23,11 +23,12 @@ def arrival_rate(params: Dict[str, Any]) -> float:
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     p = params
-    workload = workload_of(p, options.seed or 0, rate=arrival_rate(p))
+    rate = arrival_rate(p)
+    workload = workload_of(p, options.seed or 0, rate=rate)
     kwargs = engine_kwargs(p)
     result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **kwargs,
                       **options.logs())
-    result.add_figures(**memory_capacity(p, p["vp"], p["vd"], kwargs["latency"]))
+    add_memory_capacity(result, p, kwargs["latency"], rate)
     return [(str(p["scheduler"]), result)]
 
 

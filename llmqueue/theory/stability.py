@@ -100,6 +100,22 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
     return verdict
 
 
+def with_memory(predicted: str, rate: float, joint: Optional[float],
+                binding: Optional[str]) -> str:
+    """Theorem 2's ``predicted`` verdict for an engine with a KV cache whose
+    joint capacity is ``joint`` req/s (SPEC 7.6: ``lambda <= mu_mem`` is
+    necessary): where memory binds it, a rate above it is ``unstable`` and one
+    at it a ``boundary``; below it, or where compute or slots bind, Theorem 2's
+    verdict stands (memory can still storm below it: SPEC 7.8.3)."""
+    if binding != "memory" or joint is None or predicted == "unstable":
+        return predicted
+    if rate > joint * (1 + BOUNDARY_TOLERANCE):
+        return "unstable"
+    if rate >= joint * (1 - BOUNDARY_TOLERANCE):
+        return "boundary"
+    return predicted
+
+
 def _region(bmax: int, kmax: int, latency: Optional[LatencyModel]) -> Optional[Region]:
     """Theorem 10's region, remembered per engine shape (``None`` where the
     region is not computed: a non-staircase model beyond the enumeration limit)."""
