@@ -294,5 +294,9 @@ def test_public_names_are_exported():
 ])
 def test_a_prediction_with_memory(predicted, rate, binding, expected):
     from llmqueue.theory.stability import with_memory
-    assert with_memory(predicted, rate, 12.5, binding) == expected
-    assert with_memory(predicted, rate, None, binding) == predicted  # no joint capacity known
+    figures = {"lambda_joint": 12.5, "mu_mem": 12.5, "binding": binding}
+    assert with_memory(predicted, rate, figures) == expected
+    assert with_memory(predicted, rate, {"mu_mem": 12.5, "binding": binding}) == expected
+    assert with_memory(predicted, rate, {}) == predicted  # no cache
+    # no request fits: none is served, nothing to predict from memory
+    assert with_memory(predicted, rate, {**figures, "fits": False}) == predicted

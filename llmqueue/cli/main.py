@@ -253,11 +253,8 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "params": p, "verdicts": verdicts}
     memory = memory_capacity(p, p["vp"], p["vd"], latency)
     doc.update(memory)
-    if memory.get("fits", True):  # where memory binds, a rate above it is unstable (SPEC 7.6)
-        for verdict in verdicts.values():
-            verdict["predicted"] = with_memory(
-                verdict["predicted"], rate, memory.get("lambda_joint", memory.get("mu_mem")),
-                memory.get("binding"))
+    for verdict in verdicts.values():  # where memory binds, above it is unstable (SPEC 7.6)
+        verdict["predicted"] = with_memory(verdict["predicted"], rate, memory)
     if args.json:
         print(strict_json(doc))
         return

@@ -7,6 +7,7 @@ import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llmqueue.experiments.base import Check, Experiment, Rows
+from llmqueue.theory.stability import memory_bound
 
 #: (summary key, column title, format) of the default table.
 COLUMNS: List[Tuple[str, str, str]] = [
@@ -96,10 +97,8 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
 def memory_note(s: Mapping[str, Any]) -> str:
     """Where a KV cache binds the joint capacity, the rate it binds at
     (SPEC 7.6: the prediction then counts it)."""
-    joint = s.get("lambda_joint", s.get("mu_mem"))
-    if s.get("binding") != "memory" or joint is None:
-        return ""
-    return f"; memory binds at {joint:.4g} req/s"
+    bound = memory_bound(s)
+    return "" if bound is None else f"; memory binds at {bound:.4g} req/s"
 
 
 def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],

@@ -231,10 +231,8 @@ def add_memory_capacity(result: Result, p: Mapping[str, Any], latency: Any,
     verdict knows compute only)."""
     figures = memory_capacity(p, p["vp"], p["vd"], latency)
     predicted = result.summary.get("predicted")
-    if predicted is not None and figures.get("fits", True):
-        figures["predicted"] = with_memory(predicted, rate,
-                                           figures.get("lambda_joint", figures.get("mu_mem")),
-                                           figures.get("binding"))
+    if predicted is not None and figures:
+        figures["predicted"] = with_memory(predicted, rate, figures)
     result.add_figures(**figures)
 
 

@@ -100,18 +100,29 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
     return verdict
 
 
-def with_memory(predicted: str, rate: float, joint: Optional[float],
-                binding: Optional[str]) -> str:
-    """Theorem 2's ``predicted`` verdict for an engine with a KV cache whose
-    joint capacity is ``joint`` req/s (SPEC 7.6: ``lambda <= mu_mem`` is
-    necessary): where memory binds it, a rate above it is ``unstable`` and one
-    at it a ``boundary``; below it, or where compute or slots bind, Theorem 2's
-    verdict stands (memory can still storm below it: SPEC 7.8.3)."""
-    if binding != "memory" or joint is None or predicted == "unstable":
+def memory_bound(memory: Mapping[str, Any]) -> Optional[float]:
+    """The rate memory binds an engine at (req/s), from its memory figures
+    (``lambda_joint``, or ``mu_mem`` without a budget; ``binding``; ``fits``:
+    as ``llmqueue capacity`` gives them), or ``None`` where compute or slots
+    bind, or no request fits (then none is served at all)."""
+    joint = memory.get("lambda_joint", memory.get("mu_mem"))
+    if memory.get("binding") != "memory" or not memory.get("fits", True):
+        return None
+    return joint
+
+
+def with_memory(predicted: str, rate: float, memory: Mapping[str, Any]) -> str:
+    """Theorem 2's ``predicted`` verdict for an engine with a KV cache of these
+    ``memory`` figures (SPEC 7.6: ``lambda <= mu_mem`` is necessary): where
+    memory binds (:func:`memory_bound`), a rate above it is ``unstable`` and
+    one at it a ``boundary``; below it, or where compute or slots bind,
+    Theorem 2's verdict stands (memory can still storm below it: SPEC 7.8.3)."""
+    bound = memory_bound(memory)
+    if bound is None or predicted == "unstable":
         return predicted
-    if rate > joint * (1 + BOUNDARY_TOLERANCE):
+    if rate > bound * (1 + BOUNDARY_TOLERANCE):
         return "unstable"
-    if rate >= joint * (1 - BOUNDARY_TOLERANCE):
+    if rate >= bound * (1 - BOUNDARY_TOLERANCE):
         return "boundary"
     return predicted
 
