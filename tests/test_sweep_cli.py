@@ -106,3 +106,28 @@ def test_plot_names_a_wrong_figure(tmp_path, capsys):
         head.write(full.readline())
     assert main(["plot", header, "--x", "rate", "--y", "arrivals"]) == 2
     assert "holds no run yet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("caches", ["none,20000", "20000,none"])
+def test_a_sweep_over_kv_with_and_without_a_cache_writes_one_file(tmp_path, capsys, caches):
+    """A run with a KV cache has figures a run without has not (``kv_mean``,
+    ``preemptions``, ...): the file gains those columns whichever run comes
+    first, empty in the rows without a cache (it was "other columns than this
+    sweep", exit 2, after half the rows were written), and resumes as it is."""
+    out = str(tmp_path / "kv.csv")
+    argv = ["sweep", "single", "--set", "arrival=poisson", "--set", "rate=2",
+            "--grid", f"kv={caches}", "--scheduler", "sarathi", "--seeds", "1",
+            "--horizon", "20", "--workers", "1", "--out", out]
+    assert main(argv) == 0
+    rows = rows_in(out)
+    assert sorted(r["kv"] for r in rows) == ["", "20000"]
+    for r in rows:
+        cached = r["kv"] != ""
+        assert (r["kv_mean"] != "") == cached and (r["preemptions"] != "") == cached
+        assert float(r["throughput_tokens_per_s"]) > 0
+    with open(out) as handle:
+        lines = handle.read().splitlines()
+    assert len({line.count(",") for line in lines}) == 1  # every row has every column
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 0
+    assert rows_in(out) == rows  # nothing left to run, nothing rewritten

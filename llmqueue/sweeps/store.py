@@ -19,8 +19,10 @@ has the others run again:
 
 Before the sweep goes on, the file is rewritten without what was dropped (a
 new file moved into place: an interruption leaves the old file or the new one,
-never a mix).  A file of another sweep (other columns, another scenario) is an
-error and is left alone.
+never a mix).  A file of another sweep (other grid or run columns, another
+scenario) is an error and is left alone.  A run with figures the file lacks
+(a KV cache's, in a sweep over ``kv=none`` too) adds their columns, empty in
+the rows written before it (the file is rewritten the same way).
 
 :func:`read_rows` (plot, the API) is strict: a malformed row is an error
 naming the file and the line; only a last line cut short is skipped (a sweep
@@ -85,15 +87,39 @@ class RowWriter:
             header = io.StringIO()
             csv.writer(header, lineterminator="\n").writerow(self.columns)
             self._put(header.getvalue(), sync=False)
-        extra = set(rows[0]) ^ set(self.columns)
-        if extra:
+        keys = list(rows[0])
+        head = len(point_columns(keys)) + len(RUN_COLUMNS)
+        if keys[:head] != self.columns[:head]:
+            extra = set(keys[:head]) ^ set(self.columns[:head])
             raise ValueError(f"out: {files.shown(self.path)} has other columns than this sweep "
-                             f"({', '.join(sorted(extra))}); write to a new file")
+                             f"({', '.join(sorted(extra)) or 'in another order'}); "
+                             "write to a new file")
+        new = [k for k in keys[head:] if k not in self.columns]
+        if new:  # figures other runs lack (a KV cache's, in a sweep over kv=none too)
+            self._widen(new)
         # one run's rows go out in one write, so an interruption cannot keep half a run
         text = io.StringIO()
         csv.DictWriter(text, self.columns, lineterminator="\n").writerows(
             {k: cell(v) for k, v in row.items()} for row in rows)
         self._put(text.getvalue())
+
+    def _widen(self, new: List[str]) -> None:
+        """Add the figure columns ``new`` to the file, empty in the rows written
+        so far (the file is rewritten and moved into place, as on resume); a
+        row without a figure leaves its cell empty too."""
+        assert self.columns is not None
+        with files.writing(self.path, "out"):
+            self.handle.seek(0)
+            written = list(csv.reader(self.handle))
+            self.handle.close()
+        self.columns = self.columns + new
+        text = io.StringIO()
+        out = csv.writer(text, lineterminator="\n")
+        out.writerow(self.columns)
+        out.writerows(fields + [""] * len(new) for fields in written[1:])
+        _rewrite(self.path, [text.getvalue()])
+        with files.writing(self.path, "out"):
+            self.handle = open(self.path, "a+", newline="", encoding="utf-8")
 
     def _put(self, text: str, sync: bool = True) -> None:
         with files.writing(self.path, "out"):
