@@ -225,6 +225,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     from llmqueue.experiments.traffic import mean_sizes
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
+    from llmqueue.theory.bounds import at_mean_context
     from llmqueue.theory.stability import predict, with_memory
     p = experiments.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
     if p["bmax"] is None:
@@ -243,13 +244,15 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         verdicts[name] = {"work_conserving": wc,
                           "predicted": predict(rate, vp, vd, work_conserving=wc, bmax=bmax,
                                                kmax=kmax, latency=latency)}
-    doc = {"token_capacity": theory.token_capacity(bmax, latency),
-           "peak_token_rate": theory.peak_token_rate(bmax, latency),
-           "batch_time": tokens_time(latency, bmax),
-           "lambda_star": theory.lambda_star(bmax, vp, vd, latency),
+    seen: Any = at_mean_context(latency, vp, vd)  # a context model: at the mean contexts
+    doc = {"token_capacity": theory.token_capacity(bmax, seen),
+           "peak_token_rate": theory.peak_token_rate(bmax, seen),
+           "batch_time": tokens_time(seen, bmax),
+           "lambda_star": theory.lambda_star(bmax, vp, vd, seen),
            "rate": rate, "tokens_per_request": vp + vd,
-           "load": theory.load(rate, bmax, vp, vd, latency),
-           "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, latency),
+           "load": theory.load(rate, bmax, vp, vd, seen),
+           "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, seen),
+           "mean_contexts": seen is not latency,
            "params": p, "verdicts": verdicts}
     memory = memory_capacity(p, p["vp"], p["vd"], latency)
     doc.update(memory)
@@ -261,6 +264,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
           f"workload: {rate:.4g} req/s x ({p['vp']} + {p['vd']}) tokens = "
           f"{rate * (vp + vd):.1f} tokens/s offered\n"
+          f"{_full_batch(seen, bmax) if doc['mean_contexts'] else ''}"
           f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
           f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
           f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
@@ -274,6 +278,16 @@ def cmd_capacity(args: argparse.Namespace) -> None:
                   "predicted": v["predicted"]} for n, v in verdicts.items()],
                 [("wc", "work-conserving", "{}"),
                  ("predicted", "predicted (Theorem 2" + (", memory)" if memory else ")"), "{}")]))
+
+
+def _full_batch(seen: Any, bmax: int) -> str:
+    """The line that says how ``capacity`` prices a context model's full batch."""
+    from llmqueue.theory.bounds import mix_decode
+    d = mix_decode(bmax, seen.mean_prefill, seen.mean_decode)
+    return (f"full batch      {bmax - d} prefill tokens (one chunk at context "
+            f"{seen.chunk_ctx:g}) + {d} decodes (at context {seen.decode_ctx:g}): the "
+            "workload's mix at its mean contexts, so every figure below is approximate "
+            "(SPEC 8.6)\n")
 
 
 def memory_lines(doc: Dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from llmqueue.models.sizes import SizeLaw, mean_chunks
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
 from llmqueue.theory import memory, wait
+from llmqueue.theory.bounds import at_mean_context
 from llmqueue.theory.stability import with_memory
 
 Rows = List[Tuple[str, Result]]
@@ -249,12 +250,15 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     whole prompts; no budget counts as whole prompts and an unbounded compute.
     ``E[g]`` is :func:`~llmqueue.theory.memory.law_kv_area` and the mean
     iterations per request ``E[ceil(vp/bmax)] + E[vd]``
-    (:func:`~llmqueue.models.sizes.mean_chunks`)."""
+    (:func:`~llmqueue.models.sizes.mean_chunks`).  A context model (the
+    roofline) prices batches at the mean contexts
+    (:func:`~llmqueue.theory.bounds.at_mean_context`), as Theorem 2's figures do."""
     kv = kv_of(p)
     if kv is None:
         return {}
     prefill, decode = size_law("vp", vp), size_law("vd", vd)
     mean_p, mean_d = mean_sizes({"vp": prefill, "vd": decode})
+    latency = at_mean_context(latency, mean_p, mean_d)  # as Theorem 2 reads it
     bmax = p["bmax"]
     chunk = bmax if p["chunked"] and bmax is not None and mean_p > 0 else None
     g = memory.law_kv_area(prefill, decode, chunk)

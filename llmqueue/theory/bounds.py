@@ -117,6 +117,66 @@ def _lp(rates: np.ndarray, mean_prefill: float, mean_decode: float) -> float:
     return best
 
 
+def mix_decode(tokens: int, mean_prefill: float, mean_decode: float,
+               kmax: Optional[int] = None) -> int:
+    """Decode tokens of a full batch of ``tokens`` tokens at the workload's own
+    mix, ``round(tokens m_d / (m_p + m_d))``, at most ``kmax``."""
+    d = round(tokens * mean_decode / (mean_prefill + mean_decode))
+    return d if kmax is None else min(d, kmax)
+
+
+@dataclass(frozen=True)
+class MeanContext:
+    """A context model (SPEC 8.2) priced at a workload's mean contexts, which
+    makes it a model of the batch size alone that Theorem 2's figures
+    (:mod:`llmqueue.theory.capacity`) can read, approximately (SPEC 8.6, E8.4).
+
+    A batch of ``d`` decodes and ``p`` prefill tokens lasts :func:`shape_time`
+    with each decode at a decoding request's mean context
+    ``E[vp] + (E[vd] - 1)/2`` (its iterations run at ``vp .. vp + vd - 1``) and
+    one prefill chunk at ``E[vp]/2``; a batch of ``b`` tokens
+    (:meth:`tokens_time`) is the full batch at the workload's mix
+    (:func:`mix_decode`), so ``t_bmax`` is E8.4's ``t_mix``.  With the
+    roofline at ``(512, 256)`` on an H100: 82.4 ms where the context-free full
+    batch takes 50.7 ms, and lambda* 32.35 req/s instead of 52.55.
+    """
+
+    latency: LatencyModel
+    mean_prefill: float
+    mean_decode: float
+
+    @property
+    def decode_ctx(self) -> float:
+        """Cached tokens of each decode (the mean over a request's decode iterations)."""
+        return self.mean_prefill + (self.mean_decode - 1) / 2
+
+    @property
+    def chunk_ctx(self) -> float:
+        """Cached tokens before the prefill chunk (the mean over a prompt)."""
+        return self.mean_prefill / 2
+
+    def batch_time(self, decode: int, prefill: int, requests: int) -> float:
+        """Seconds of ``decode`` decodes and one chunk of ``prefill`` tokens
+        at the mean contexts (``requests`` is read as that)."""
+        return shape_time(self.latency, decode, prefill, self.decode_ctx, self.chunk_ctx)
+
+    def tokens_time(self, tokens: int) -> float:
+        """Seconds of a full batch of ``tokens`` tokens at the workload's mix
+        (whatever the slot limit, as Theorem 2: slots are bounded apart)."""
+        d = mix_decode(tokens, self.mean_prefill, self.mean_decode)
+        return self.batch_time(d, tokens - d, d + 1)
+
+
+def at_mean_context(latency: Optional[LatencyModel], mean_prefill: float,
+                    mean_decode: float) -> Optional[LatencyModel]:
+    """``latency`` as Theorem 2's figures read it: a context model at the
+    workload's mean contexts (:class:`MeanContext`), any other (``None``: the
+    staircase) as it is."""
+    if latency is None or not needs_context(latency):
+        return latency
+    return MeanContext(latency, float(mean_prefill), float(mean_decode))
+
+
 def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_decode: float,
                 kmax: Optional[int] = None) -> TokenBound:
     """SPEC 8.6's token bound of an engine of budget ``bmax`` tokens (``kmax``
@@ -124,33 +184,30 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     prompt and ``mean_decode`` output tokens.
 
     Context models: full shapes ``p + d = bmax`` with ``d <= kmax``, ``GRID``
-    of them evenly spaced in ``d`` plus the mix shape; each decode at the mean
-    context of a decoding request, ``E[vp] + (E[vd] - 1)/2`` (its decode
-    iterations run at contexts ``vp .. vp + vd - 1``), and one prefill chunk at
-    context ``E[vp]/2``.  ``lambda_tok`` is the LP of :func:`_lp` over them.
-    The mix shape has ``d = round(bmax m_d / (m_p + m_d))`` (for context models
-    at most ``kmax``; models of the batch size alone ignore ``kmax``, as
-    Theorem 2 does: slots are :func:`slot_bound`'s part) and ``lambda_mix =
-    min(p / m_p, d / m_d) / t_mix``, which is SPEC E8.4's ``bmax / t_mix / (m_p +
-    m_d)`` up to rounding ``d`` to whole tokens.
+    of them evenly spaced in ``d`` plus the mix shape, each priced at the
+    mean contexts (:class:`MeanContext`).  ``lambda_tok`` is the LP of
+    :func:`_lp` over them.  The mix shape has ``d`` of :func:`mix_decode` (for
+    context models at most ``kmax``; models of the batch size alone ignore
+    ``kmax``, as Theorem 2 does: slots are :func:`slot_bound`'s part) and
+    ``lambda_mix = min(p / m_p, d / m_d) / t_mix``, which is SPEC E8.4's
+    ``bmax / t_mix / (m_p + m_d)`` up to rounding ``d`` to whole tokens.
     """
     validation.positive_int("bmax", bmax)
     validation.nonnegative_number("mean_prefill", mean_prefill)
     validation.positive_number("mean_decode", mean_decode)
     validation.optional_positive_int("kmax", kmax)
-    d_mix = round(bmax * mean_decode / (mean_prefill + mean_decode))
     demand = np.array([mean_prefill, mean_decode])
     if not needs_context(latency):  # Theorem 2 holds whatever kmax (the slot bound's part)
+        d_mix = mix_decode(bmax, mean_prefill, mean_decode)
         t_mix = shape_time(latency, d_mix, bmax - d_mix)
         mix = _lp(np.array([[bmax - d_mix, d_mix]]) / t_mix, *demand)
         exact = lambda_star(bmax, mean_prefill, mean_decode, latency)
         return TokenBound(exact, mix, True, (bmax - d_mix, d_mix), t_mix)
+    seen = MeanContext(latency, mean_prefill, mean_decode)
     top = bmax if kmax is None else min(bmax, kmax)
-    d_mix = min(d_mix, top)
-    decode_ctx = mean_prefill + (mean_decode - 1) / 2
-    chunk_ctx = mean_prefill / 2
+    d_mix = mix_decode(bmax, mean_prefill, mean_decode, top)
     ds = sorted({round(i * top / (GRID - 1)) for i in range(GRID)} | {d_mix})
-    times = {d: shape_time(latency, d, bmax - d, decode_ctx, chunk_ctx) for d in ds}
+    times = {d: seen.batch_time(d, bmax - d, d + 1) for d in ds}
     rates = np.array([[(bmax - d) / times[d], d / times[d]] for d in ds])
     mix = _lp(rates[ds.index(d_mix)][None, :], *demand)
     return TokenBound(_lp(rates, *demand), mix, False, (bmax - d_mix, d_mix), times[d_mix])

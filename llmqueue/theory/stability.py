@@ -36,6 +36,7 @@ from typing import Any, Dict, Hashable, Mapping, Optional, cast
 
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.theory import capacity as theory
+from llmqueue.theory.bounds import at_mean_context
 from llmqueue.theory.region import Region, stability_region
 
 #: Verdicts a run can get from its measured drift.
@@ -84,12 +85,16 @@ def predicted_verdict(load: float, peak_load: float, work_conserving: bool,
 def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conserving: bool,
             bmax: int, kmax: Optional[int], latency: Optional[LatencyModel]) -> str:
     """:func:`predicted_verdict` for a workload of ``rate`` requests/s with
-    these mean sizes on an engine with this budget, slot limit and latency;
-    with ``kmax < bmax``, rates outside Theorem 10's region (SPEC 6.5) are
-    ``unstable`` for any policy."""
-    load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
+    these mean sizes on an engine with this budget, slot limit and latency (a
+    context model, such as the roofline, at the workload's mean contexts:
+    :func:`~llmqueue.theory.bounds.at_mean_context`, approximate); with
+    ``kmax < bmax``, rates outside Theorem 10's region (SPEC 6.5) are
+    ``unstable`` for any policy (a context model's region is drawn at context
+    0, where no iteration is slower: outside it, outside the true one too)."""
+    seen = at_mean_context(latency, mean_prefill, mean_decode)
+    load = theory.load(rate, bmax, mean_prefill, mean_decode, seen)
     # the peak rate is at least the capacity: search for it only above capacity
-    peak_load = (rate * (mean_prefill + mean_decode) / theory.peak_token_rate(bmax, latency)
+    peak_load = (rate * (mean_prefill + mean_decode) / theory.peak_token_rate(bmax, seen)
                  if load > 1 else load)
     verdict = predicted_verdict(load, peak_load, work_conserving, kmax, bmax)
     if verdict in ("no guarantee", "stable") and kmax is not None and kmax < bmax:
@@ -163,10 +168,11 @@ def assess(summary: Mapping[str, Any], *, rate: Optional[float],
     if rate is not None and mean_prefill is not None and mean_decode is not None \
             and bmax is not None:  # all known
         offered = rate * (mean_prefill + mean_decode)
-        load = theory.load(rate, bmax, mean_prefill, mean_decode, latency)
+        seen = at_mean_context(latency, mean_prefill, mean_decode)
+        load = theory.load(rate, bmax, mean_prefill, mean_decode, seen)
         predicted = predict(rate, mean_prefill, mean_decode, work_conserving=work_conserving,
                             bmax=bmax, kmax=kmax, latency=latency)
-        fluid = theory.fluid_slope(rate, bmax, mean_prefill, mean_decode, latency)
+        fluid = theory.fluid_slope(rate, bmax, mean_prefill, mean_decode, seen)
     else:
         throughput = summary.get("throughput_tokens_per_s") or 0.0
         offered = throughput + max(0.0, slope or 0.0)  # served + growth

@@ -1,0 +1,92 @@
+"""Theorem 2's figures on a context model (the roofline) read the batch at the
+workload's mean contexts (SPEC 8.6, E8.4: ``t_bmax`` becomes ``t_mix``), in
+``capacity``, a run's prediction and the KV cache's joint capacity.
+
+Before, they priced the full batch as one prompt at context 0 (50.7 ms where
+E8.4's full batch at the mix takes 82.4 ms): lambda* 52.55 req/s where the
+engine saturates at about 32.35, so a run at 38.8 req/s, growing by about
+4,650 tokens/s, was predicted "stable".
+"""
+
+import json
+
+import pytest
+
+from llmqueue.cli.main import main
+from llmqueue.hardware.roofline import Roofline
+from llmqueue.models.latency import Staircase
+from llmqueue.theory import lambda_star
+from llmqueue.theory.bounds import MeanContext, at_mean_context, token_bound
+from llmqueue.theory.stability import assess, predict
+
+ROOFLINE = ["--set", "latency=roofline", "--set", "gpu=H100", "--set", "model=llama-3-8b",
+            "--set", "bmax=2048", "--set", "vp=512", "--set", "vd=256"]
+LAMBDA_MIX = 32.35   # SPEC E8.4: 2048 / t_mix / 768 with t_mix = 82.4 ms
+FLUID_1_2 = 4970.0   # SPEC E8.4: lambda 768 - 2048 / t_mix at 1.2 lambda_mix
+
+
+def capacity_json(capsys, *argv):
+    assert main(["capacity", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_mean_context_prices_e84s_full_batch():
+    roofline = Roofline("H100", "llama-3-8b")
+    seen = at_mean_context(roofline, 512, 256)
+    assert isinstance(seen, MeanContext)
+    assert seen.tokens_time(2048) == pytest.approx(0.0824, rel=0.005)  # SPEC E8.4's t_mix
+    assert lambda_star(2048, 512, 256, seen) == pytest.approx(LAMBDA_MIX, rel=0.005)
+    # the same shape and floats as the token bound's mix shape (one way to price it)
+    assert seen.tokens_time(2048) == token_bound(roofline, 2048, 512, 256).t_mix
+    # the context-free price is far faster: the reason for all this
+    assert roofline.tokens_time(2048) < 0.7 * seen.tokens_time(2048)
+
+
+def test_models_of_the_batch_size_alone_are_read_as_they_are():
+    staircase = Staircase()
+    assert at_mean_context(staircase, 290, 990) is staircase
+    assert at_mean_context(None, 290, 990) is None
+
+
+@pytest.mark.parametrize("load, expected", [(0.9, "stable"), (1.2, "unstable")])
+def test_prediction_on_the_roofline_is_relative_to_lambda_mix(load, expected):
+    # SPEC E8.4 measures stable at <= 0.9 lambda_mix and unstable at >= 1.1
+    verdict = predict(load * LAMBDA_MIX, 512, 256, work_conserving=True, bmax=2048, kmax=None,
+                      latency=Roofline("H100", "llama-3-8b"))
+    assert verdict == expected
+
+
+def test_a_runs_load_and_fluid_slope_on_the_roofline():
+    figures = assess({}, rate=1.2 * LAMBDA_MIX, mean_prefill=512, mean_decode=256,
+                     work_conserving=True, bmax=2048, kmax=None,
+                     latency=Roofline("H100", "llama-3-8b"))
+    assert figures["load"] == pytest.approx(1.2, rel=0.005)
+    assert figures["fluid_slope"] == pytest.approx(FLUID_1_2, rel=0.01)
+    assert figures["predicted"] == "unstable"
+
+
+def test_capacity_on_the_roofline_says_how_it_prices_the_batch(capsys):
+    doc = capacity_json(capsys, *ROOFLINE, "--set", "rate=38.8", "--set", "kmax=none")
+    assert doc["mean_contexts"] is True
+    assert doc["lambda_star"] == pytest.approx(LAMBDA_MIX, rel=0.005)
+    assert doc["batch_time"] == pytest.approx(0.0824, rel=0.005)
+    assert doc["verdicts"]["sarathi"]["predicted"] == "unstable"
+    assert main(["capacity", *ROOFLINE, "--set", "rate=38.8", "--set", "kmax=none"]) == 0
+    out = capsys.readouterr().out
+    assert "1365 prefill tokens (one chunk at context 256) + 683 decodes" in out
+    assert "approximate" in out
+    plain = capacity_json(capsys)  # the staircase: Theorem 2 exactly, as before
+    assert plain["mean_contexts"] is False
+    assert plain["lambda_star"] == pytest.approx(128 / 0.04675 / 1280)
+
+
+def test_roofline_joint_capacity_is_below_a_rate_the_engine_cannot_serve(capsys):
+    # kmax 100 on the H100 (Llama-3-8B's own KV cache): slots bind.  The context-free
+    # figures put the joint capacity at 38.9 req/s; the engine grows at 28 req/s.
+    doc = capacity_json(capsys, *ROOFLINE, "--set", "rate=28", "--set", "kv=auto")
+    assert doc["binding"] == "slots"
+    assert doc["lambda_joint"] < 28
+    assert main(["run", "single", *ROOFLINE, "--set", "rate=28", "--set", "kv=auto",
+                 "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["rows"][0]["verdict"] == "unstable"
