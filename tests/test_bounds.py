@@ -144,9 +144,12 @@ def test_token_bound_lp_time_shares_the_shapes():
     # m_p = 3, m_d = 1: prefill a share theta with 64 theta / 3 = 64 (1 - theta):
     # theta = 3/4, 16 req/s
     assert token_bound(m, 64, 3, 1).lambda_tok == pytest.approx(16)
-    # kmax = 32 forbids the all-decode shape: the best is then the (32, 32) mix in
-    # 10 s, 3.2 req/s (prefill-only time brings no decode tokens)
-    assert token_bound(m, 64, 1, 1, kmax=32).lambda_tok == pytest.approx(3.2)
+    # kmax = 32 forbids the all-decode shape of 64 but not a batch of 32 decodes
+    # alone (1 s): 64 theta prefill = 32 (1 - theta) decodes at theta = 1/3, 21.33
+    # req/s.  SPEC 8.6's full shapes alone leave only the (32, 32) mix in 10 s:
+    # 3.2 req/s, no bound at all
+    tb = token_bound(m, 64, 1, 1, kmax=32)
+    assert tb.lambda_tok == pytest.approx(64 / 3) and tb.lambda_mix == pytest.approx(3.2)
     # no prefill at all: the all-decode shape, 64 decodes/s over 1 token each
     assert token_bound(m, 64, 0, 1).lambda_tok == pytest.approx(64)
 

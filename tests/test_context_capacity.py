@@ -90,3 +90,20 @@ def test_roofline_joint_capacity_is_below_a_rate_the_engine_cannot_serve(capsys)
                  "--json"]) == 0
     run = json.loads(capsys.readouterr().out)
     assert run["rows"][0]["verdict"] == "unstable"
+
+
+def test_token_bound_with_a_slot_limit_is_above_a_rate_the_engine_serves(capsys):
+    # kmax 100 caps the decodes of a full batch of 2,048 tokens: full shapes alone give
+    # lambda_tok = 7.0 req/s (all 100 decodes beside 1,948 prefill tokens, 56 ms), yet
+    # the engine serves 20 req/s of (512, 256) requests with a flat backlog.  Time
+    # shared with batches of decodes alone (100 in about 15 ms) the bound is above it.
+    roofline = Roofline("H100", "llama-3-8b")
+    bound = token_bound(roofline, 2048, 512, 256, kmax=100)
+    assert bound.lambda_mix == pytest.approx(7.0, rel=0.01)  # SPEC's mix shape, unchanged
+    assert bound.lambda_tok > 20
+    assert bound.lambda_tok < token_bound(roofline, 2048, 512, 256).lambda_tok  # slots cost
+    assert main(["run", "single", *ROOFLINE, "--set", "rate=20", "--set", "arrival=poisson",
+                 "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["rows"][0]["verdict"] == "stable"
+    assert run["rows"][0]["throughput_tokens_per_s"] > 0.95 * 20 * 768

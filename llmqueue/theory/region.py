@@ -90,7 +90,7 @@ def stability_region(bmax: int, kmax: Optional[int] = None,
     validation.positive_int("bmax", bmax)
     validation.optional_positive_int("kmax", kmax)
     points = feasible_rates(bmax, kmax, latency or Staircase()) + [(0.0, 0.0)]
-    return Region(tuple(_hull(points)))
+    return Region(tuple(convex_hull(points)))
 
 
 def vertex_c(kmax: int, latency: Staircase) -> Point:
@@ -99,7 +99,7 @@ def vertex_c(kmax: int, latency: Staircase) -> Point:
     return ((latency.b0 - kmax + 1) / t, (kmax - 1) / t)
 
 
-def _hull(points: List[Point]) -> List[Point]:
+def convex_hull(points: Sequence[Point]) -> List[Point]:
     """Convex hull (Andrew's monotone chain), counter-clockwise from the lowest-left point."""
     pts = sorted(set(points))
 
