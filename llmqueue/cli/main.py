@@ -225,7 +225,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     from llmqueue.experiments.traffic import mean_sizes
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
-    from llmqueue.theory.bounds import at_mean_context
+    from llmqueue.theory.shapes import at_mean_context
     from llmqueue.theory.stability import predict, with_memory
     p = experiments.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
     if p["bmax"] is None:
@@ -268,7 +268,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
           f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
           f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
           f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
-          f"(no scheduler serves faster)\n"
+          f"({'at the mean contexts' if doc['mean_contexts'] else 'no scheduler serves faster'})\n"
           f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
           f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
           f"{doc['fluid_slope']:.1f} tokens/s\n")
@@ -282,12 +282,12 @@ def cmd_capacity(args: argparse.Namespace) -> None:
 
 def _full_batch(seen: Any, bmax: int) -> str:
     """The line that says how ``capacity`` prices a context model's full batch."""
-    from llmqueue.theory.bounds import mix_decode
+    from llmqueue.theory.shapes import mix_decode
     d = mix_decode(bmax, seen.mean_prefill, seen.mean_decode)
     return (f"full batch      {bmax - d} prefill tokens (one chunk at context "
             f"{seen.chunk_ctx:g}) + {d} decodes (at context {seen.decode_ctx:g}): the "
             "workload's mix at its mean contexts, so every figure below is approximate "
-            "(SPEC 8.6)\n")
+            "(SPEC 8.6) and loads within 10% of 1 are a boundary\n")
 
 
 def memory_lines(doc: Dict[str, Any]) -> str:

@@ -57,7 +57,7 @@ from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import BUILTIN, Policy, WholePrefill
 from llmqueue.policies.view import Plan, Request, check_plan
 from llmqueue.policies.wait import Wait
-from llmqueue.theory.bounds import needs_context
+from llmqueue.theory.shapes import needs_context
 
 #: SimPy runs URGENT (0) before NORMAL (1) events at one instant.  Routing
 #: decisions come after both (every iteration end, release and admission of the

@@ -23,7 +23,7 @@ from llmqueue.models.sizes import SizeLaw, mean_chunks
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
 from llmqueue.theory import memory, wait
-from llmqueue.theory.bounds import at_mean_context
+from llmqueue.theory.shapes import at_mean_context
 from llmqueue.theory.stability import with_memory
 
 Rows = List[Tuple[str, Result]]
@@ -252,13 +252,14 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     iterations per request ``E[ceil(vp/bmax)] + E[vd]``
     (:func:`~llmqueue.models.sizes.mean_chunks`).  A context model (the
     roofline) prices batches at the mean contexts
-    (:func:`~llmqueue.theory.bounds.at_mean_context`), as Theorem 2's figures do."""
+    (:func:`~llmqueue.theory.shapes.at_mean_context`), as Theorem 2's figures
+    do, but WAIT's, whose contexts are known (:func:`~llmqueue.theory.wait.lambda_wait`)."""
     kv = kv_of(p)
     if kv is None:
         return {}
     prefill, decode = size_law("vp", vp), size_law("vd", vd)
     mean_p, mean_d = mean_sizes({"vp": prefill, "vd": decode})
-    latency = at_mean_context(latency, mean_p, mean_d)  # as Theorem 2 reads it
+    model = at_mean_context(latency, mean_p, mean_d)  # as Theorem 2 reads a context model
     bmax = p["bmax"]
     chunk = bmax if p["chunked"] and bmax is not None and mean_p > 0 else None
     g = memory.law_kv_area(prefill, decode, chunk)
@@ -279,10 +280,10 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
         figures.update(delta=share, wait_n=n[0], wait_kv=n[0] * whole,
                        lambda_wait=wait.lambda_wait([(vp, vd, 1)], n, latency) if fits else None)
     if bmax is None:
-        figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(latency, b_mem)),
+        figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(model, b_mem)),
                        binding="memory")
     else:
-        joint = memory.lambda_joint(kv.tokens, mean_p, mean_d, g, bmax, latency,
+        joint = memory.lambda_joint(kv.tokens, mean_p, mean_d, g, bmax, model,
                                     kmax=p["kmax"], mean_iterations=iterations)
         figures.update(mu_mem=joint.memory, lambda_joint=joint.rate, binding=joint.binding,
                        lambda_kmax=joint.slots)

@@ -24,6 +24,7 @@ from llmqueue.experiments.traffic import mean_sizes, read_size, size_law
 from llmqueue.models.sizes import SIZE_FORMS, Geometric, SizeLaw
 from llmqueue.models.workload import Workload, compose
 from llmqueue.theory import capacity as theory
+from llmqueue.theory.shapes import at_mean_context
 
 MEAN_PREFILL = 129       # tokens per prompt, on average
 MEAN_DECODE = 112        # tokens per output, on average
@@ -102,8 +103,9 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 def explain(rows: Rows, params: Dict[str, Any]) -> List[str]:
     """A few lines on what happened and why, from the runs' own figures."""
-    latency = engine_kwargs(params)["latency"]
     bmax, rate = params["bmax"], rate_of(params)
+    # a context model (the roofline) at the mean contexts, as lambda* reads it
+    latency = at_mean_context(engine_kwargs(params)["latency"], *mean_tokens(params))
     tokens = sum(mean_tokens(params))
     offered = rate * tokens
     capacity = theory.token_capacity(bmax, latency)

@@ -4,7 +4,7 @@ Sarathi on Llama-3-8B, one H100, the ``default`` roofline.
 Poisson arrivals, every request 512 prefill + 256 decode tokens, bmax = 2048,
 no kmax.  The roofline's batch time depends on the contexts, so Theorem 2's
 ``t_bmax`` becomes ``t_mix``, the time of the full batch at the workload's mix
-(:func:`~llmqueue.theory.bounds.token_bound`: 1365 prefill tokens in one chunk
+(:func:`~llmqueue.theory.shapes.at_mean_context`: 1365 prefill tokens in one chunk
 at context 256 and 683 decodes at their mean context, 82.4 ms), and lambda* is
 ``lambda_mix = bmax / t_mix / (vp + vd)`` = 32.35 req/s.  Each load (a fraction
 of lambda_mix) runs several seeds through :func:`theorem2.measure`; a row's
@@ -20,7 +20,9 @@ from llmqueue.experiments import theorem2
 from llmqueue.experiments.base import (Check, Experiment, Param, Rows, engine_kwargs,
                                        engine_params, register)
 from llmqueue.experiments.traffic import mean_sizes, size_param
-from llmqueue.theory.bounds import token_bound
+from llmqueue.models.latency import tokens_time
+from llmqueue.theory.capacity import lambda_star
+from llmqueue.theory.shapes import at_mean_context
 
 GPU = "H100"
 MODEL = "llama-3-8b"
@@ -39,10 +41,12 @@ FLUID_TOLERANCE = 0.20    # relative
 
 def mix(p: Mapping[str, Any]) -> Tuple[float, float]:
     """``(t_mix, lambda_mix)`` of the engine of ``p``: the full batch at the
-    workload's mix, its seconds, and ``bmax / t_mix / (m_p + m_d)`` requests/s."""
+    workload's mix and mean contexts (:func:`~llmqueue.theory.shapes.at_mean_context`),
+    its seconds, and ``bmax / t_mix / (m_p + m_d)`` requests/s (Theorem 2's
+    lambda*, as ``llmqueue capacity`` gives it)."""
     vp, vd = mean_sizes(p)
-    bound = token_bound(engine_kwargs(p)["latency"], p["bmax"], vp, vd, p["kmax"])
-    return bound.t_mix, p["bmax"] / bound.t_mix / (vp + vd)
+    seen = at_mean_context(engine_kwargs(p)["latency"], vp, vd)
+    return tokens_time(seen, p["bmax"]), lambda_star(p["bmax"], vp, vd, seen)
 
 
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:

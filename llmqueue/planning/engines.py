@@ -26,6 +26,7 @@ from llmqueue.planning.probe import FAIL, PASS, Probe, probe
 from llmqueue.planning.spec import EngineSpec, Traffic
 from llmqueue.theory.bounds import Bounds
 from llmqueue.theory.cost import Cost
+from llmqueue.theory.shapes import at_mean_context
 from llmqueue.theory.slo import SLOLike
 
 @dataclass(frozen=True)
@@ -140,8 +141,9 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
                        and probes[k + 1].decision == FAIL for k in probes)
     load = at = cost = None
     if k_min is not None:
+        seen = at_mean_context(engine.latency, workload.mean_prefill, workload.mean_decode)
         load = rate * (workload.mean_prefill + workload.mean_decode) / (
-            k_min * engine.bmax / tokens_time(engine.latency, engine.bmax))
+            k_min * engine.bmax / tokens_time(seen, engine.bmax))
         best = probes[k_min]
         at = at_rate(best)
         if price is not None and best.mean is not None:

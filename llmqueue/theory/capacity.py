@@ -15,7 +15,10 @@ seconds:
   faster per token: with ``b0 = 128, bmax = 200``, ``128 / t_128 > 200 / t_200``.
 
 Every function takes any latency model (``llmqueue.models.latency.tokens_time``
-prices a batch of ``b`` tokens).
+prices a batch of ``b`` tokens); those that know the workload's mean sizes
+read a context model (the roofline) at its mean contexts
+(:mod:`~llmqueue.theory.shapes`: the full batch at the workload's mix, SPEC
+E8.4's ``t_mix``), which makes their figures approximate.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from llmqueue.common import validation
 from llmqueue.models.latency import Constant, LatencyModel, Staircase, tokens_time
+from llmqueue.theory.shapes import at_mean_context
 
 
 def _model(latency: Optional[LatencyModel]) -> LatencyModel:
@@ -70,7 +74,8 @@ def peak_token_rate(bmax: int, latency: Optional[LatencyModel] = None) -> float:
 def lambda_star(bmax: int, mean_prefill: float, mean_decode: float,
                 latency: Optional[LatencyModel] = None) -> float:
     """Requests per second at which the offered tokens equal the token capacity,
-    ``(bmax / t_bmax) / (m_p + m_d)``: the stability boundary of Theorem 2.
+    ``(bmax / t_bmax) / (m_p + m_d)``: the stability boundary of Theorem 2
+    (a context model at the workload's mean contexts: :func:`_workload_capacity`).
 
     Examples:
         Point C (SPEC 6.1): 128 tokens per 0.04675 s over 290 + 990 tokens, i.e.
@@ -79,14 +84,16 @@ def lambda_star(bmax: int, mean_prefill: float, mean_decode: float,
         >>> round(lambda_star(128, 290, 990), 3)
         2.139
     """
-    return token_capacity(bmax, latency) / _tokens_per_request(mean_prefill, mean_decode)
+    tokens = _tokens_per_request(mean_prefill, mean_decode)
+    return _workload_capacity(bmax, mean_prefill, mean_decode, latency) / tokens
 
 
 def load(rate: float, bmax: int, mean_prefill: float, mean_decode: float,
          latency: Optional[LatencyModel] = None) -> float:
     """Offered tokens over token capacity, ``lambda * (m_p + m_d) / (bmax / t_bmax)``."""
     validation.positive_number("rate", rate)
-    return rate * _tokens_per_request(mean_prefill, mean_decode) / token_capacity(bmax, latency)
+    tokens = _tokens_per_request(mean_prefill, mean_decode)
+    return rate * tokens / _workload_capacity(bmax, mean_prefill, mean_decode, latency)
 
 
 def fluid_slope(rate: float, bmax: int, mean_prefill: float, mean_decode: float,
@@ -95,7 +102,15 @@ def fluid_slope(rate: float, bmax: int, mean_prefill: float, mean_decode: float,
     ``max(0, lambda * (m_p + m_d) - bmax / t_bmax)``."""
     validation.positive_number("rate", rate)
     offered = rate * _tokens_per_request(mean_prefill, mean_decode)
-    return max(0.0, offered - token_capacity(bmax, latency))
+    return max(0.0, offered - _workload_capacity(bmax, mean_prefill, mean_decode, latency))
+
+
+def _workload_capacity(bmax: int, mean_prefill: float, mean_decode: float,
+                       latency: Optional[LatencyModel]) -> float:
+    """:func:`token_capacity` for requests of these mean sizes: a context model
+    (the roofline) read at their mean contexts (:func:`~llmqueue.theory.shapes.at_mean_context`:
+    the full batch at their mix, approximate), any other exactly."""
+    return token_capacity(bmax, at_mean_context(latency, mean_prefill, mean_decode))
 
 
 def _tokens_per_request(mean_prefill: float, mean_decode: float) -> float:

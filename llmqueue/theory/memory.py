@@ -234,7 +234,13 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
     batch ``kmax m / E[iters]``.  Without ``kmax``, memory binds iff
     ``b_star < bmax`` whenever ``t(bmax)`` lies on the envelope (a linear or
     constant time, or ``bmax`` a multiple of ``b0``); otherwise the ceiling
-    can let compute bind slightly earlier.
+    can let compute bind slightly earlier.  With ``b_star >= bmax`` memory
+    never binds: the iterations the budget needs, ``lambda m / bmax`` a
+    second, already give the KV its ``lambda E[g] / M``.  On a linear
+    envelope ``mu_mem`` is then at least the compute capacity anyway; a
+    model whose time grows faster than its tokens (a prompt's attention on
+    the roofline, priced at ``b_star`` tokens in one batch) would otherwise
+    call memory binding below the compute capacity.
 
     Examples:
         SPEC 7.8.3: ``(vp, vd) = (20, 200)``, ``M = 100,000``, ``t = 0.02 + 2e-5 b``;
@@ -263,7 +269,7 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
         slots = lambda_kmax(kmax, envelope_time(model, kmax * mean_tokens / iterations),
                             iterations)
     candidates = [(rate, name) for name, rate in zip(BINDINGS, (compute, memory, slots))
-                  if rate is not None]
+                  if rate is not None and not (name == "memory" and b_mem >= bmax)]
     rate, binding = min(candidates, key=lambda item: (item[0], BINDINGS.index(item[1])))
     return JointCapacity(rate=rate, binding=binding, compute=compute,
                          memory=memory, slots=slots, b_star=b_mem, b_bar=b_bar)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from llmqueue.common import validation
+from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.theory.memory import ceil_sum, kv_area_blocks
+from llmqueue.theory.shapes import needs_context
 
 #: One request type of WAIT: ``(vp, vd, p)``, prompt and output tokens and weight.
 RequestType = Tuple[int, int, float]
@@ -115,7 +117,11 @@ def lambda_wait(types: Sequence[RequestType], n: Sequence[int],
     In steady state each iteration starts ``n_j`` whole type-``j`` prompts and
     decodes the ``n_j vd_j`` started ones, so it is priced as
     ``latency.batch_time(sum n_j vd_j, sum n_j vp_j, sum n_j (vd_j + 1))``
-    (default latency: the paper's staircase).  ``p`` is not used.
+    (default latency: the paper's staircase).  ``p`` is not used.  A context
+    model (the roofline) is told that batch's context, which is known exactly:
+    ``n_j`` decoders at each of a type's ``vd_j`` stages, holding ``vp_j`` to
+    ``vp_j + vd_j - 1`` tokens, and ``n_j`` whole prompts of ``vp_j`` tokens
+    from context 0.
     """
     checked = _types(types)
     counts = list(n)
@@ -128,4 +134,11 @@ def lambda_wait(types: Sequence[RequestType], n: Sequence[int],
     decode = sum(k * vd for k, (_, vd, _) in zip(counts, checked))
     prefill = sum(k * vp for k, (vp, _, _) in zip(counts, checked))
     requests = sum(k * (vd + 1) for k, (_, vd, _) in zip(counts, checked))
-    return sum(counts) / model.batch_time(decode, prefill, requests)
+    if not needs_context(model):
+        return sum(counts) / model.batch_time(decode, prefill, requests)
+    prompts = sum(k for k, (vp, _, _) in zip(counts, checked) if vp)
+    held = sum(k * (vd * vp + vd * (vd - 1) // 2) for k, (vp, vd, _) in zip(counts, checked))
+    squares = sum(k * vp * vp for k, (vp, _, _) in zip(counts, checked))
+    context = BatchContext(decode_ctx=held, chunks=prompts, chunk_sq=squares)
+    batch_time: Callable[..., float] = model.batch_time
+    return sum(counts) / batch_time(decode, prefill, requests, context=context)
