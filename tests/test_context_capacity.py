@@ -15,8 +15,8 @@ import pytest
 from llmqueue.cli.main import main
 from llmqueue.hardware.roofline import Roofline
 from llmqueue.models.context import BatchContext
-from llmqueue.models.latency import Staircase
-from llmqueue.theory import lambda_star, lambda_wait
+from llmqueue.models.latency import Staircase, StepModel
+from llmqueue.theory import kv_area, lambda_joint, lambda_star, lambda_wait
 from llmqueue.theory.bounds import token_bound
 from llmqueue.theory.shapes import MeanContext, at_mean_context
 from llmqueue.theory.stability import assess, predict
@@ -69,7 +69,7 @@ def test_a_runs_load_and_fluid_slope_on_the_roofline():
 
 def test_capacity_on_the_roofline_says_how_it_prices_the_batch(capsys):
     doc = capacity_json(capsys, *ROOFLINE, "--set", "rate=38.8", "--set", "kmax=none")
-    assert doc["mean_contexts"] is True
+    assert doc["approximate"] is True
     assert doc["lambda_star"] == pytest.approx(LAMBDA_MIX, rel=0.005)
     assert doc["batch_time"] == pytest.approx(0.0824, rel=0.005)
     assert doc["verdicts"]["sarathi"]["predicted"] == "unstable"
@@ -78,7 +78,7 @@ def test_capacity_on_the_roofline_says_how_it_prices_the_batch(capsys):
     assert "1365 prefill tokens (one chunk at context 256) + 683 decodes" in out
     assert "approximate" in out
     plain = capacity_json(capsys)  # the staircase: Theorem 2 exactly, as before
-    assert plain["mean_contexts"] is False
+    assert plain["approximate"] is False
     assert plain["lambda_star"] == pytest.approx(128 / 0.04675 / 1280)
 
 
@@ -200,3 +200,39 @@ def test_memory_never_binds_where_the_cache_outholds_the_budget(capsys):
                  "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["verdict"] == "stable" and row["predicted"] == "stable"
+
+
+# --- models of the split, the region inside the band, the API's joint capacity ----------
+
+def test_the_step_model_is_read_at_the_workload_s_mix(capsys):
+    # SPEC 4's step model charges 0.8 ms a decode and 0.02 ms a prefill token: its full
+    # batch of 512 tokens at 129 + 112 (238 decodes, 274 prefill tokens) takes
+    # 5 + 190.4 + 5.48 + 0.3 * 274**0.6 ms, where priced as one prompt it took 20 ms
+    t_mix = 0.005 + 0.0008 * 238 + 0.00002 * 274 + 0.0003 * 274 ** 0.6
+    star = 512 / t_mix / 241
+    assert lambda_star(512, 129, 112, StepModel()) == pytest.approx(star, rel=1e-12)
+    sets = ["--set", "latency=step", "--set", "bmax=512", "--set", "kmax=none",
+            "--set", "vp=129", "--set", "vd=112"]
+    assert main(["run", "single", *sets, "--set", "rate=11.2", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["verdict"] == "unstable" and row["predicted"] == "unstable"  # load 1.105
+    assert row["backlog_slope"] == pytest.approx(11.2 * 241 - 512 / t_mix, rel=0.05)
+
+
+def test_outside_theorem_10_s_region_the_band_is_unstable_too():
+    # 8 slots on the roofline serve a few decodes per batch: every load of (512, 256)
+    # requests around lambda_mix lies outside the region, and the prediction says so
+    roofline = Roofline("H100", "llama-3-8b")
+    star = lambda_star(2048, 512, 256, roofline)
+    assert [predict(x * star, 512, 256, work_conserving=True, bmax=2048, kmax=8,
+                    latency=roofline) for x in (0.5, 0.95, 1.05, 1.2)] == ["unstable"] * 4
+
+
+def test_joint_capacity_reads_a_raw_context_model_as_capacity_does():
+    roofline = Roofline("H100", "llama-3-8b")
+    g = kv_area(512, 256)
+    raw = lambda_joint(60_000, 512, 256, g, 2048, roofline, kmax=100)
+    seen = lambda_joint(60_000, 512, 256, g, 2048, at_mean_context(roofline, 512, 256),
+                        kmax=100)
+    assert raw == seen
+    assert raw.compute == pytest.approx(LAMBDA_MIX, rel=0.005)

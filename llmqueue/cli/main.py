@@ -252,7 +252,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "rate": rate, "tokens_per_request": vp + vd,
            "load": theory.load(rate, bmax, vp, vd, seen),
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, seen),
-           "mean_contexts": seen is not latency,
+           "approximate": seen is not latency,
            "params": p, "verdicts": verdicts}
     memory = memory_capacity(p, p["vp"], p["vd"], latency)
     doc.update(memory)
@@ -264,11 +264,11 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
           f"workload: {rate:.4g} req/s x ({p['vp']} + {p['vd']}) tokens = "
           f"{rate * (vp + vd):.1f} tokens/s offered\n"
-          f"{_full_batch(seen, bmax) if doc['mean_contexts'] else ''}"
+          f"{_full_batch(seen, bmax) if doc['approximate'] else ''}"
           f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
           f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
           f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
-          f"({'at the mean contexts' if doc['mean_contexts'] else 'no scheduler serves faster'})\n"
+          f"({'at the mix' if doc['approximate'] else 'no scheduler serves faster'})\n"
           f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
           f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
           f"{doc['fluid_slope']:.1f} tokens/s\n")
@@ -281,13 +281,18 @@ def cmd_capacity(args: argparse.Namespace) -> None:
 
 
 def _full_batch(seen: Any, bmax: int) -> str:
-    """The line that says how ``capacity`` prices a context model's full batch."""
-    from llmqueue.theory.shapes import mix_decode
+    """The line that says how ``capacity`` prices the full batch of a model
+    not priced by its batch size alone (:class:`~llmqueue.theory.shapes.MeanContext`)."""
+    from llmqueue.theory.shapes import mix_decode, needs_context
     d = mix_decode(bmax, seen.mean_prefill, seen.mean_decode)
-    return (f"full batch      {bmax - d} prefill tokens (one chunk at context "
-            f"{seen.chunk_ctx:g}) + {d} decodes (at context {seen.decode_ctx:g}): the "
-            "workload's mix at its mean contexts, so every figure below is approximate "
-            "(SPEC 8.6) and loads within 10% of 1 are a boundary\n")
+    if needs_context(seen.latency):
+        shape = (f"{bmax - d} prefill tokens (one chunk at context {seen.chunk_ctx:g}) + "
+                 f"{d} decodes (at context {seen.decode_ctx:g}): the workload's mix at its "
+                 "mean contexts")
+    else:
+        shape = f"{bmax - d} prefill tokens (one chunk) + {d} decodes: the workload's mix"
+    return (f"full batch      {shape}, so every figure below is approximate (SPEC 8.6) and "
+            "loads within 10% of 1 are a boundary\n")
 
 
 def memory_lines(doc: Dict[str, Any]) -> str:

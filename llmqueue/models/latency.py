@@ -84,6 +84,10 @@ class Constant:
         """Seconds for any batch."""
         return self.seconds
 
+    def tokens_time(self, tokens: int) -> float:
+        """Seconds for a batch of ``tokens`` tokens (any batch)."""
+        return self.seconds
+
 
 def tokens_time(model: LatencyModel, tokens: int) -> float:
     """Seconds for a batch of ``tokens`` tokens, used for capacity figures.

@@ -2,10 +2,12 @@
 (SPEC 8.6).  Each is a necessary condition: no engine runs faster.
 
 * :func:`token_bound`: ``lambda_tok``, the token bound.  For models of the batch
-  size alone (no true ``needs_context``) it is Theorem 2 exactly,
-  ``bmax / t(bmax) / (m_p + m_d)``; for context models (the roofline) the
-  largest rate a time-share of full batch shapes ``(p, d)`` can serve, and
-  ``lambda_mix``, the rate of the one shape at the workload's own mix;
+  size alone (:func:`~llmqueue.theory.shapes.by_batch_size`) it is Theorem 2
+  exactly, ``bmax / t(bmax) / (m_p + m_d)``; for others (context models such
+  as the roofline, models of the split such as SPEC 4's step model) the
+  largest rate a time-share of batch shapes ``(p, d)`` at the mean contexts
+  can serve, and ``lambda_mix``, the rate of the one full shape at the
+  workload's own mix;
 * :func:`slot_bound`: ``lambda_slot = kmax / (t_1 m_d)``;
 * :func:`memory_bound`: ``lambda_kv = C / (t_1 E[vd vp + vd (vd + 1) / 2])``;
 * :func:`zero_load`: the zero-load attainment ``A_0`` and each request's
@@ -27,7 +29,7 @@ from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_mean, decode_sizes
 from llmqueue.theory.capacity import lambda_star
-from llmqueue.theory.shapes import MeanContext, mix_decode, needs_context, shape_time
+from llmqueue.theory.shapes import MeanContext, by_batch_size, mix_decode, shape_time
 from llmqueue.theory.region import convex_hull
 from llmqueue.theory.slo import SLO, RequestLatency, Unloaded, attainment
 
@@ -45,7 +47,7 @@ class TokenBound:
     """:func:`token_bound`'s result (requests/s, seconds, tokens).
 
     ``exact`` is True for models of the batch size alone (Theorem 2: no policy
-    keeps up above ``lambda_tok``); for context models ``lambda_tok`` rests on
+    keeps up above ``lambda_tok``); for other models ``lambda_tok`` rests on
     mean contexts and is approximate.  ``mix_shape`` is ``(p, d)`` of the shape
     at the workload's mix and ``t_mix`` its time.
     """
@@ -87,7 +89,8 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     decoding slots, ``None`` = unlimited) for requests of mean ``mean_prefill``
     prompt and ``mean_decode`` output tokens.
 
-    Context models: full shapes ``p + d = bmax`` with ``d <= kmax``, ``GRID``
+    Other models (context models, models of the split): full shapes
+    ``p + d = bmax`` with ``d <= kmax``, ``GRID``
     of them evenly spaced in ``d`` plus the mix shape, and for each such ``d``
     the shorter shapes of ``GRID`` prompts evenly spaced in ``0 .. bmax - d``,
     each priced at the mean contexts (:class:`MeanContext`).  ``lambda_tok``
@@ -100,7 +103,7 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     lie inside the full ones' hull there (32.36 either way), but at ``bmax``
     8192 the prompts' attention makes shorter batches faster per token
     (32.38 against 31.63).  The mix shape has ``d`` of :func:`mix_decode` (for
-    context models at most ``kmax``; models of the batch size alone ignore
+    other models at most ``kmax``; models of the batch size alone ignore
     ``kmax``, as Theorem 2 does: slots are :func:`slot_bound`'s part) and
     ``lambda_mix = min(p / m_p, d / m_d) / t_mix``, which is SPEC E8.4's
     ``bmax / t_mix / (m_p + m_d)`` up to rounding ``d`` to whole tokens.
@@ -110,7 +113,7 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     validation.positive_number("mean_decode", mean_decode)
     validation.optional_positive_int("kmax", kmax)
     demand = np.array([mean_prefill, mean_decode])
-    if not needs_context(latency):  # Theorem 2 holds whatever kmax (the slot bound's part)
+    if by_batch_size(latency):  # Theorem 2 holds whatever kmax (the slot bound's part)
         d_mix = mix_decode(bmax, mean_prefill, mean_decode)
         t_mix = shape_time(latency, d_mix, bmax - d_mix)
         mix = _lp(np.array([[bmax - d_mix, d_mix]]) / t_mix, *demand)

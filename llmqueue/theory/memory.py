@@ -29,6 +29,7 @@ from llmqueue.common.units import ceil_div
 from llmqueue.models.latency import Constant, LatencyModel, Linear, Staircase, tokens_time
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_mean, decode_variance
 from llmqueue.theory.capacity import lambda_star
+from llmqueue.theory.shapes import at_mean_context
 
 #: One request type for WAIT: (prompt tokens, decode tokens, share of arrivals).
 
@@ -225,6 +226,8 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
     budget; ``latency`` the batch-time model (default: the paper's staircase);
     ``kmax`` slots (None: unlimited); ``mean_iterations`` =
     ``E[ceil(vp/chunk) + vd]`` (default ``1 + mean_decode``, whole prompts).
+    A model not priced by its batch size alone (the roofline) is read at the
+    workload's mix and mean contexts (:func:`~llmqueue.theory.shapes.at_mean_context`).
 
     Over a long run every iteration holds at most ``M`` KV tokens, ``bmax``
     tokens and ``kmax`` requests, and lasts at least ``c + (a/b0) b`` for ``b``
@@ -252,7 +255,9 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
         >>> round(j.rate, 2), j.binding, round(j.b_star, 1)
         (108.41, 'memory', 912.1)
     """
-    model = Staircase() if latency is None else latency
+    # a model not priced by its batch size alone: at the workload's mix and mean contexts
+    model = at_mean_context(Staircase() if latency is None else latency, mean_prefill,
+                            mean_decode)
     compute = lambda_star(bmax, mean_prefill, mean_decode, model)
     mean_tokens = float(mean_prefill) + float(mean_decode)
     b_mem = b_star(M, mean_tokens, mean_g)

@@ -28,10 +28,12 @@ sizes are known:
   two-dimensional region decides, see Sarathi-1024 at point C): ``unstable``
   outside its polygon for any policy, ``no guarantee`` inside.
 
-A context model (the roofline) is read at the workload's mean contexts
+A model not priced by its batch size alone (the roofline, SPEC 4's step
+model) is read at the workload's mix and mean contexts
 (:mod:`~llmqueue.theory.shapes`): its capacity is approximate, so loads
-within :data:`APPROXIMATE_BAND` of 1 are a ``boundary`` and the peak rate
-binds only beyond that band too.
+within :data:`APPROXIMATE_BAND` of 1 are a ``boundary`` (``unstable``
+outside Theorem 10's region with ``kmax < bmax``) and the peak rate binds
+only beyond that band too.
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
             bmax: int, kmax: Optional[int], latency: Optional[LatencyModel]) -> str:
     """:func:`predicted_verdict` for a workload of ``rate`` requests/s with
     these mean sizes on an engine with this budget, slot limit and latency (a
-    context model, such as the roofline, at the workload's mean contexts:
+    model not priced by its batch size alone, such as the roofline, at the
+    workload's mix and mean contexts:
     :func:`~llmqueue.theory.shapes.at_mean_context`, within
     :data:`APPROXIMATE_BAND`); with ``kmax < bmax``, rates outside Theorem 10's
     region (SPEC 6.5) are ``unstable`` for any policy (a context model's
@@ -117,7 +120,10 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
                  if load > 1 else load)
     band = APPROXIMATE_BAND if seen is not latency else 0.0
     verdict = predicted_verdict(load, peak_load, work_conserving, kmax, bmax, band)
-    if verdict in ("no guarantee", "stable") and kmax is not None and kmax < bmax:
+    # outside the region no policy holds: the band's boundary too (Theorem 2's exact
+    # boundary at load 1 stays one, as SPEC 6 reads it)
+    decided = ("no guarantee", "stable", "boundary") if band else ("no guarantee", "stable")
+    if verdict in decided and kmax is not None and kmax < bmax:
         region = _region(bmax, kmax, latency)
         if region is not None and not region.is_inside(rate * mean_prefill, rate * mean_decode,
                                                        tolerance=1e-9):
