@@ -15,6 +15,8 @@ import pytest
 from llmqueue.cli.main import main
 from llmqueue.hardware.roofline import Roofline
 from llmqueue.models.context import BatchContext
+from llmqueue.network.network import Network
+from llmqueue.network.network import capacity as network_capacity
 from llmqueue.models.latency import Staircase, StepModel
 from llmqueue.theory import kv_area, lambda_joint, lambda_star, lambda_wait
 from llmqueue.theory.bounds import token_bound
@@ -236,3 +238,32 @@ def test_joint_capacity_reads_a_raw_context_model_as_capacity_does():
                         kmax=100)
     assert raw == seen
     assert raw.compute == pytest.approx(LAMBDA_MIX, rel=0.005)
+
+
+# --- a network's engines read the mix of the requests they got -------------------------
+
+def test_parallel_engines_on_the_roofline_report_the_load_they_were_given(capsys):
+    # two engines, each offered 0.9 of lambda_mix: each row's load is 0.9 against the
+    # capacity `capacity` gives (before: 0.57 against 40,362 tokens/s, context-free)
+    doc = capacity_json(capsys, *ROOFLINE, "--set", "rate=1", "--set", "kmax=none")
+    assert main(["run", "parallel", *ROOFLINE, "--set", "load=0.9", "--set", "sizes=fixed",
+                 "--set", "engines=2", "--horizon", "30", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    for row in rows[:2]:
+        assert row["capacity_tokens_per_s"] == pytest.approx(doc["token_capacity"], rel=1e-12)
+        assert row["load"] == pytest.approx(0.9, rel=0.02)
+
+
+def test_an_engine_of_prefilled_calls_prices_decodes_at_their_prompts():
+    # a decode engine of disaggregation: its calls bring 1000-token prompts as context
+    # and 5 decode tokens of work, so its full batch is 64 decodes at context
+    # 1000 + (5 - 1)/2 = 1002, not a prompt of 64 tokens at context 0
+    roofline = Roofline("H100", "llama-3-8b")
+    net = Network()
+    engine = net.add_engine("d", "sarathi", bmax=64, kmax=None, latency=roofline)
+    for _ in range(3):
+        engine.call(1000, 5, prefilled=True)
+    net.run()
+    expected = 64 / roofline.batch_time(64, 0, 64, BatchContext(decode_ctx=64 * 1002))
+    assert network_capacity(engine) == pytest.approx(expected, rel=1e-12)
+    assert network_capacity(engine) < 0.7 * 64 / roofline.tokens_time(64)  # context-free

@@ -155,7 +155,7 @@ class Engine:
                 return
             if self._wake is not None and not self._wake.triggered:
                 self._wake.succeed()  # a policy idling on purpose waits for arrivals
-        self.recorder.arrive(r.arrival, r.prefill_left + r.vd)  # the work it brings
+        self.recorder.arrive(r.arrival, r.prefill_left + r.vd, r.vp, r.vd)  # the work it brings
         if not self.waiting and self.pool.level >= 1:
             self.pool.get(1)  # nobody is ahead: the slot is taken now
             self._admit(r)

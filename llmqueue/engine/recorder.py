@@ -75,7 +75,7 @@ class Recorder:
                  "prefill_tokens", "mixed", "decode_only", "prefill_only", "busy",
                  "wc_violations", "_run", "_members", "ttft", "tpot", "e2e", "tbt",
                  "sched_delay", "tokens", "latencies", "batch_log", "request_log", "series",
-                 "windows", "memory")
+                 "windows", "memory", "sizes")
 
     def __init__(self, bmax: int, batches: bool = False, requests: bool = False,
                  timeseries: bool = False, tokens: Optional[bool] = None) -> None:
@@ -121,6 +121,10 @@ class Recorder:
         self.series: Optional[List[Tuple[int, int, int]]] = [] if timeseries else None
         self.windows: List[Tuple[int, int]] = []
         self.memory: Any = None  # a MemoryRecorder when the engine has a KV cache
+        self.sizes = [0, 0, 0, 0]
+        """``[requests, prompt tokens, prefill tokens to process, decode tokens]``
+        of every arrival, warm-up included (their means price a latency model
+        that is not of the batch size alone: ``network.capacity``)."""
 
     # -- integrals -------------------------------------------------------
     def _advance(self, now: int) -> None:
@@ -147,13 +151,19 @@ class Recorder:
                 series.append(row)
 
     # -- events ----------------------------------------------------------
-    def arrive(self, now: int, tokens: int) -> None:
-        """A request with ``tokens`` tokens in all arrived."""
+    def arrive(self, now: int, tokens: int, prompt: int = 0, decode: int = 0) -> None:
+        """A request with ``tokens`` tokens of work in all arrived (``decode`` of
+        them decode tokens; its prompt holds ``prompt`` tokens, prefilled or not)."""
         self.commit(now)
         self._advance(now)
         self.arrivals += 1
         self.pending += 1
         self.backlog += tokens
+        sizes = self.sizes
+        sizes[0] += 1
+        sizes[1] += prompt
+        sizes[2] += tokens - decode
+        sizes[3] += decode
         self._mark(now)
 
     def ignore(self, r: Request) -> None:

@@ -35,16 +35,26 @@ from llmqueue.network.routers import Router, make_router
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
 from llmqueue.theory import capacity as theory
+from llmqueue.theory.shapes import MeanContext, by_batch_size
 
 T = TypeVar("T")
 
 
 def capacity(engine: Engine) -> Optional[float]:
     """Most tokens per second ``engine`` can serve, ``bmax / t_bmax`` (SPEC 6.2);
-    ``None`` without a budget."""
+    ``None`` without a budget.  A latency model not of the batch size alone
+    (the roofline) is read at the mix and mean contexts of the requests that
+    arrived (:class:`~llmqueue.theory.shapes.MeanContext`: a prefilled prompt
+    is context, not work), approximately; ``None`` before any arrived."""
     if engine.bmax is None:
         return None
-    return theory.token_capacity(engine.bmax, engine.latency)
+    latency = engine.latency
+    if not by_batch_size(latency):
+        count, prompt, prefill, decode = engine.recorder.sizes
+        if not count:
+            return None
+        latency = MeanContext(latency, prefill / count, decode / count, prompt / count)
+    return theory.token_capacity(engine.bmax, latency)
 
 
 @dataclass

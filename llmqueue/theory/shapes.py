@@ -99,17 +99,25 @@ class MeanContext:
 
     latency: LatencyModel
     mean_prefill: float
+    """Prefill tokens a request brings to process."""
     mean_decode: float
+    mean_prompt: Optional[float] = None
+    """Tokens a request's prompt holds, where they differ from ``mean_prefill``
+    (requests that arrive prefilled: their prompts are context, not work)."""
 
     @property
     def decode_ctx(self) -> float:
         """Cached tokens of each decode (the mean over a request's decode iterations)."""
-        return self.mean_prefill + (self.mean_decode - 1) / 2
+        return self._prompt + (self.mean_decode - 1) / 2
 
     @property
     def chunk_ctx(self) -> float:
         """Cached tokens before the prefill chunk (the mean over a prompt)."""
-        return self.mean_prefill / 2
+        return self._prompt / 2
+
+    @property
+    def _prompt(self) -> float:
+        return self.mean_prefill if self.mean_prompt is None else self.mean_prompt
 
     def batch_time(self, decode: int, prefill: int, requests: int) -> float:
         """Seconds of ``decode`` decodes and one chunk of ``prefill`` tokens
