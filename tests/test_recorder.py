@@ -11,7 +11,8 @@ import itertools
 import pytest
 
 from llmqueue.common.percentiles import percentiles
-from llmqueue.engine.recorder import Recorder, _violations
+from llmqueue.engine.recorder import Recorder
+from llmqueue.theory.capacity import violations
 from llmqueue.policies.view import Plan, Request
 
 NS = 1e-9  # seconds per tick
@@ -355,7 +356,7 @@ def test_violations_match_the_definition_exhaustively():
             if demand - (i0 + n - 1) * prefill < b:
                 continue  # the run could not have served b tokens that late
             want = sum(b < min(bmax, demand - i * prefill) for i in range(i0, i0 + n))
-            assert _violations(i0, n, b, bmax, demand, prefill) == want, \
+            assert violations(i0, n, b, bmax, demand, prefill) == want, \
                 (i0, n, b, bmax, demand, prefill)
 
 

@@ -29,10 +29,11 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 import numpy as np
 
 from llmqueue.common.percentiles import QUANTILES, percentiles
-from llmqueue.common.units import ceil_div, to_seconds
+from llmqueue.common.units import to_seconds
 from llmqueue.engine.results import Batch, Summary
 from llmqueue.engine.tokens import TokenTimes
 from llmqueue.policies.view import Plan, Request
+from llmqueue.theory.capacity import violations
 from llmqueue.theory.drift import edge_slope
 
 
@@ -287,7 +288,7 @@ class Recorder:
                 self.decode_only += n
         else:
             self.prefill_only += n
-        self.wc_violations += _violations(done, n, b, self.bmax, run.demand, prefill)
+        self.wc_violations += violations(done, n, b, self.bmax, run.demand, prefill)
 
     def finish(self, now: int, r: Request) -> None:
         """Request ``r`` produced its last token at ``now``."""
@@ -392,15 +393,4 @@ class Recorder:
             "backlog_slope_se": slope_se,
             "duration": to_seconds(span),
         })
-
-
-def _violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -> int:
-    """Batches among iterations ``i0 .. i0+n-1`` of a run whose size ``b`` is
-    below ``min(bmax, demand_i)``, where ``demand_i = demand - i * prefill``."""
-    if b >= bmax or demand <= b:
-        return 0
-    if prefill == 0:
-        return n
-    limit = ceil_div(demand - b, prefill)  # first i with demand_i <= b
-    return max(0, min(i0 + n, limit) - i0)
 

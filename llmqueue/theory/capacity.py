@@ -28,6 +28,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.common.units import ceil_div
 from llmqueue.models.latency import Constant, LatencyModel, Staircase, tokens_time
 from llmqueue.theory.shapes import at_mean_context
 
@@ -132,6 +133,19 @@ def is_work_conserving(batch_tokens: int, demand: int, bmax: int) -> bool:
     validation.nonnegative_int("demand", demand)
     validation.positive_int("bmax", bmax)
     return batch_tokens == min(bmax, demand)
+
+
+def violations(i0: int, n: int, b: int, bmax: int, demand: int, prefill: int) -> int:
+    """Batches among iterations ``i0 .. i0+n-1`` of a run of ``b`` tokens each
+    that are not work-conserving (:func:`is_work_conserving`): ``b`` below
+    ``min(bmax, demand_i)``, where ``demand_i = demand - i * prefill`` (the
+    run's prefill drains the demand); the recorder counts them in O(1) a run."""
+    if b >= bmax or demand <= b:
+        return 0
+    if prefill == 0:
+        return n
+    limit = ceil_div(demand - b, prefill)  # first i with demand_i <= b
+    return max(0, min(i0 + n, limit) - i0)
 
 
 def littles_law(summary: Mapping[str, Any]) -> Dict[str, Optional[float]]:
