@@ -1,5 +1,6 @@
 """Capacity planning (SPEC 8.7-8.10): plan, plan_engines, the CLI and the figure."""
 
+import importlib
 import json
 import math
 from concurrent.futures import ProcessPoolExecutor
@@ -214,3 +215,23 @@ def test_strict_wait_drains_at_the_end_of_each_replication():
     r = plan(Traffic(q.Fixed(129), q.Fixed(112)), wait, SLO(ttft=5.0), n_requests=300, reps=2)
     assert r.attainment_zero_load == 1.0
     assert r.goodput > 0.25 * LAMBDA_TOK
+
+
+def test_a_boundary_before_anything_passed_searches_below(monkeypatch):
+    # An engine that meets the SLO below 9 req/s and cannot be told from the target
+    # above: SPEC 8.7 stops at the first boundary probe, which for a model not of the
+    # batch size alone is the first probe, at 1.1 times the bound, and answered a
+    # goodput of 0.  The search now bisects below it until a rate passes.
+    planning = importlib.import_module("llmqueue.planning.plan")  # the module, not plan()
+
+    def fake(base, rate, engines, rules, executor, bar):
+        return planning.Probe(rate, engines, 3, 0.95 if rate < 9 else 0.9, 0.01,
+                              planning.PASS if rate < 9 else planning.BOUNDARY)
+    monkeypatch.setattr(planning, "probe", fake)
+    r = plan(TRAFFIC, EngineSpec("sarathi", bmax=512, kmax=None, latency=q.StepModel()), E85)
+    assert not r.bounds.exact  # the step model's time depends on the split: approximate
+    first = r.probes[0]
+    assert first.rate == pytest.approx(1.1 * r.bounds.lambda_tok)
+    assert first.decision == "boundary"
+    assert 0 < r.goodput < 9 and r.probes[-1].decision == "boundary"
+    assert [p.decision for p in r.probes].count("pass") >= 1

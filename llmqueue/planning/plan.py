@@ -9,8 +9,11 @@ tokens).  For latency models of the batch size alone ``lambda_tok`` is exact
 context models ``hi`` starts at ``1.1 * min`` and doubles while a probe at
 ``hi`` passes.  Then bisection on ``(lo + hi) / 2`` with the
 probes of :mod:`llmqueue.planning.probe`, until ``hi - lo <= rel_tol * hi``, a
-boundary probe, ``max_probes`` probes, or (nothing passed) ``hi`` below
-:data:`FLOOR` times the bound.
+boundary probe once a rate has passed, ``max_probes`` probes, or (nothing
+passed) ``hi`` below :data:`FLOOR` times the bound.  SPEC 8.7 stops at any
+boundary probe; one before any pass would answer a goodput of 0 for an
+engine that serves nearly the rate probed (the first probe of a context
+model is at ``1.1 * min``, near the capacity), so the search goes on below it.
 
 The SLO is one :class:`SLO` or, for a :meth:`Traffic.mix` of request classes, a
 dict class -> SLO; each request is judged by its class's (``A_0`` and
@@ -274,9 +277,7 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
             count += 1
             yield p
             if p.decision != PASS:
-                if p.decision == BOUNDARY:
-                    return
-                break
+                break  # the answer is below: bisect (a boundary here has nothing passed)
             lo, hi = hi, 2 * hi
     while count < max_probes and hi - lo > rel_tol * hi:
         if lo == 0.0 and hi < FLOOR * limit:
@@ -287,8 +288,8 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
         yield p
         if p.decision == PASS:
             lo = rate
-        elif p.decision == FAIL:
-            hi = rate
+        elif p.decision == FAIL or lo == 0.0:
+            hi = rate  # a boundary with nothing passed: the goodput is below it, look there
         else:
             return
 
