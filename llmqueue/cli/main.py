@@ -244,7 +244,7 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         verdicts[name] = {"work_conserving": wc,
                           "predicted": predict(rate, vp, vd, work_conserving=wc, bmax=bmax,
                                                kmax=kmax, latency=latency)}
-    seen: Any = at_mean_context(latency, vp, vd)  # a context model: at the mean contexts
+    seen: Any = at_mean_context(latency, vp, vd)  # not of the batch size alone: at the mix
     doc = {"token_capacity": theory.token_capacity(bmax, seen),
            "peak_token_rate": theory.peak_token_rate(bmax, seen),
            "batch_time": tokens_time(seen, bmax),

@@ -43,8 +43,8 @@ from typing import Any, Dict, Hashable, Mapping, Optional, cast
 
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.theory import capacity as theory
-from llmqueue.theory.shapes import at_mean_context
 from llmqueue.theory.region import Region, stability_region
+from llmqueue.theory.shapes import at_mean_context
 
 #: Verdicts a run can get from its measured drift.
 VERDICTS = ("stable", "unstable", "inconclusive")
@@ -56,8 +56,9 @@ UNSTABLE_FRACTION = 0.01  # ... and growth above this share of the offered token
 STABLE_SE = 2.0          # standard errors of the slope's upper bound
 STABLE_FRACTION = 0.05   # upper bound below this share of the offered tokens, slope <= 2 SE
 BOUNDARY_TOLERANCE = 1e-9
-#: How far from load 1 a context model's approximate capacity (at the mean
-#: contexts) cannot tell stable from unstable: SPEC E8.4 expects the roofline
+#: How far from load 1 the approximate capacity of a model not of the batch size
+#: alone (at the mix and mean contexts) cannot tell stable from unstable: SPEC
+#: E8.4 expects the roofline
 #: stable at 0.9 and unstable at 1.1 of lambda_mix, and runs at 1.02-1.04 are
 #: stable where the mean contexts price a full batch a few percent slow.
 APPROXIMATE_BAND = 0.1
@@ -83,8 +84,9 @@ def predicted_verdict(load: float, peak_load: float, work_conserving: bool,
                       kmax: Optional[int], bmax: int, band: float = 0.0) -> str:
     """What Theorem 2 predicts for a policy at ``load`` (offered tokens over
     ``bmax / t_bmax``) and ``peak_load`` (offered tokens over ``max b / t_b``).
-    ``band``: how far from 1 an approximate capacity cannot tell (a context
-    model's, :data:`APPROXIMATE_BAND`): loads inside it are a ``boundary``."""
+    ``band``: how far from 1 an approximate capacity cannot tell (that of a
+    model not of the batch size alone, :data:`APPROXIMATE_BAND`): loads
+    inside it are a ``boundary``."""
     if _beyond(peak_load, band):
         return "unstable"
     if not work_conserving:
