@@ -58,9 +58,9 @@ STABLE_FRACTION = 0.05   # upper bound below this share of the offered tokens, s
 BOUNDARY_TOLERANCE = 1e-9
 #: How far from load 1 the approximate capacity of a model not of the batch size
 #: alone (at the mix and mean contexts) cannot tell stable from unstable: SPEC
-#: E8.4 expects the roofline
-#: stable at 0.9 and unstable at 1.1 of lambda_mix, and runs at 1.02-1.04 are
-#: stable where the mean contexts price a full batch a few percent slow.
+#: E8.4 expects the roofline stable at 0.9 and unstable at 1.1 of lambda_mix,
+#: and runs at 1.02-1.04 are stable where the mean contexts price a full batch
+#: a few percent slow.
 APPROXIMATE_BAND = 0.1
 
 
