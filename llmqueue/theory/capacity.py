@@ -108,9 +108,10 @@ def fluid_slope(rate: float, bmax: int, mean_prefill: float, mean_decode: float,
 
 def _workload_capacity(bmax: int, mean_prefill: float, mean_decode: float,
                        latency: Optional[LatencyModel]) -> float:
-    """:func:`token_capacity` for requests of these mean sizes: a context model
-    (the roofline) read at their mean contexts (:func:`~llmqueue.theory.shapes.at_mean_context`:
-    the full batch at their mix, approximate), any other exactly."""
+    """:func:`token_capacity` for requests of these mean sizes: a model not of
+    the batch size alone (the roofline, SPEC 4's step model) read at their mix
+    and mean contexts (:func:`~llmqueue.theory.shapes.at_mean_context`,
+    approximate), any other exactly."""
     return token_capacity(bmax, at_mean_context(latency, mean_prefill, mean_decode))
 
 
