@@ -14,6 +14,7 @@ from llmqueue.engine.reference import run_reference
 from llmqueue.engine.reference_kv import run_reference_kv
 from llmqueue.policies.builtin import ClassPriority, FunctionPolicy, Sarathi, make_policy
 from llmqueue.policies.view import Plan
+from llmqueue.policies.wait import Wait
 
 pytestmark = pytest.mark.filterwarnings("ignore:request .* can never fit")
 
@@ -82,8 +83,6 @@ def case(seed):
     block = rng.choice([1, 16])
     # every policy meets lazy and prompt; peak (which never preempts) one case in five
     admission = "peak" if seed % 5 == 4 else ["lazy", "prompt"][seed // 4 % 2]
-    if name == "vllm" and admission == "lazy" and chunked and seed != 2:
-        admission = "prompt"  # vllm + lazy + chunked prompts livelocks (both raise Stalled)
     kv = q.KV(capacity_tokens=rng.choice([192, 256, 320, 480]), block_size=block,
               admission=admission,
               restart=rng.choice(["keep", "scratch"]),
@@ -146,6 +145,82 @@ def test_a_victim_is_the_latest_start_and_returns_at_the_front():
     s = 10**9
     assert [(r.first_token, r.finished) for r in ref.requests] == [
         (2 * s, 4 * s), (3 * s, 7 * s), (7 * s, 7 * s)]
+
+
+# Issue 30's three cases where both steppers had agreed on a misreading of SPEC 7
+# (c = 1, a = 0, b0 = 1: one second an iteration; no kmax; blocks of one token).
+STEP = q.Staircase(1.0, 0.0, 1)
+
+
+def test_vllm_lazy_chunked_decodes_the_others_before_proposing_again():
+    # SPEC 7.3 step 5 before step 1: B's second chunk preempts B itself, the gated
+    # batch is empty and A is still started: vllm decodes A, then tries B again.
+    ref = compare([(1.0, 4, 3), (2.0, 2, 6)], make_policy("vllm"), q.KV(capacity_tokens=8),
+                  bmax=2, kmax=None, latency=STEP)
+    assert ref is not None and len(ref.batches) == 14  # it stopped with "livelock" at 66 s
+
+
+def test_wait_starts_its_group_first_come_first_served():
+    # WAIT(2), 11 tokens.  At 5 s, A done, B (preempted: 3 + 2 to recompute), C (5 + 1)
+    # and D (0 + 1) are unstarted and the arrivals are over: B and C start (10 of 11
+    # blocks).  At 6 s B's decode preempts C; D, behind C in the line, may not start
+    # before it: C restarts with D at 8 s, and D finishes at 9 s (it jumped ahead of C
+    # at 1 s, and finished at 2 s, when the gate walked decodes before prompts).
+    rows = [(0.0, 3, 4), (0.0, 3, 4), (0.5, 5, 1), (0.5, 0, 1)]
+    ref = compare(rows, Wait(n=2), q.KV(capacity_tokens=11), bmax=None, kmax=None,
+                  latency=STEP)
+    assert [r.finished for r in ref.requests] == [5e9, 8e9, 10e9, 9e9]
+    assert [(b.decode, b.prefill) for b in ref.batches][1] == ((0, 1), ())  # not D
+
+
+def test_orca_whole_prompts_start_a_decoder_behind_a_prompt_over_the_budget():
+    # orca, whole prompts, bmax 10, ample memory: A's 5-token prompt fits, C's 8 does
+    # not; B (no prompt) still starts with its decode, as without a cache: 3 iterations.
+    rows = [(1.0, 5, 2), (1.0, 0, 3), (1.0, 8, 1)]
+    options = dict(bmax=10, kmax=None, latency=STEP)
+    policy = make_policy("orca", chunked=False)
+    ref = compare(rows, policy, q.KV(capacity_tokens=1000), **options)
+    plain = q.simulate(q.from_list(rows), policy, batches=True, **options)
+    assert ref is not None and ref.batches == plain.batch_log and len(ref.batches) == 3
+
+
+WAIT_CASES = 10
+
+
+@functools.lru_cache(maxsize=None)
+def wait_outcome(seed):
+    """``(preemptions, idle gaps)`` of random WAIT case ``seed`` once both engines
+    agreed on it: one quota or two classes (gate all or any), strict or decode
+    idling, small caches (so its quotas overflow and it preempts), prompts of
+    zero tokens among the others, a fixed count or a horizon."""
+    rng = random.Random(3000 + seed)
+    rows = random_rows(rng, 60, rng.choice([5.0, 20.0]))
+    idle = rng.choice(["strict", "decode"])
+    if seed % 2:
+        rows = [(t, p, d, rng.choice("ab")) for t, p, d in rows]
+        policy = Wait(n={"a": rng.randint(1, 3), "b": rng.randint(1, 3)},
+                      classify=lambda r: r.klass, gate=rng.choice(["all", "any"]), idle=idle)
+    else:
+        policy = Wait(n=rng.randint(1, 4), idle=idle)
+    kv = q.KV(capacity_tokens=rng.choice([256, 400, 800]), block_size=rng.choice([1, 16]),
+              restart=rng.choice(["keep", "scratch"]))
+    ref = compare(rows, policy, kv, bmax=None, kmax=rng.choice([None, 3, 8]),
+                  latency=rng.choice([q.Constant(0.05), q.Staircase(0.002, 0.01, 64)]),
+                  horizon=rng.choice([None, 8.0]))
+    assert ref is not None
+    gaps = sum(1 for a, b in zip(ref.batches, ref.batches[1:]) if b.start > a.start + a.duration)
+    return sum(r.memory.preemptions for r in ref.requests), gaps
+
+
+@pytest.mark.parametrize("seed", range(WAIT_CASES))
+def test_random_wait_configurations_match_the_reference(seed):
+    wait_outcome(seed)
+
+
+def test_the_wait_cases_really_preempt_and_idle():
+    results = [wait_outcome(seed) for seed in range(WAIT_CASES)]
+    assert sum(1 for count, _ in results if count) >= 3, results
+    assert sum(1 for _, gaps in results if gaps) >= 3, results  # strict WAIT idles
 
 
 def test_run_reference_takes_a_kv_cache():

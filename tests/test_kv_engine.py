@@ -174,17 +174,32 @@ def test_kmax_slots_and_memory_together():
     assert r.summary["preemptions"] == 0
 
 
-def test_the_vllm_lazy_livelock_is_reported_not_run_forever():
+def test_vllm_lazy_decodes_the_others_when_a_chunk_preempts_itself():
     # lazy admission checks only a new start's first chunk.  At t12 A holds 13 of
     # 30 tokens; B's first 10-token chunk fits (7 left), its second needs 10, so B,
-    # the latest start, is its own victim; vllm proposes B's prompt again (prompts
-    # first), it fits again, and so on, while A's decodes never run.
+    # the latest start, is its own victim.  SPEC 7.3 step 5 comes before step 1's
+    # re-proposal: with the gated batch empty and A still started, vllm gets its
+    # other phase, A's decode, and only then proposes B's prompt again.  So each
+    # of B's tries buys A a token: 8 tries (80 recomputed tokens) take A from 11
+    # decodes to 19, when B's first chunk no longer fits (9 free); A's 20th decode
+    # ends it, and B runs alone.
     rows = [(0.0, 2, 20), (12.0, 20, 1)]
-    with pytest.raises(Stalled, match="livelock"):
-        run(rows, "vllm", bmax=10, kv=q.KV(capacity_tokens=30))
+    r = run(rows, "vllm", bmax=10, kv=q.KV(capacity_tokens=30))
+    assert labels(r) == ["Ap2"] + ["A"] * 11 + ["Bp10", "A"] * 8 + ["A", "Bp10", "Bp10", "B"]
+    assert (r.summary["preemptions"], r.summary["recomputed_tokens"]) == (8, 80)
     # prompt admission reserves B's whole prompt: it waits, A decodes, all finish
     r = run(rows, "vllm", bmax=10, kv=q.KV(capacity_tokens=30, admission="prompt"))
     assert r.summary["completed"] == 2
+    assert r.summary["preemptions"] == 0
+
+
+def test_vllm_lazy_chunked_smallest_case_finishes_in_14_iterations():
+    # issue 30 A1 (c = 1, a = 0, b0 = 1: one second an iteration): the trace 1.0,4,3
+    # and 2.0,2,6, vllm, bmax 2, kv 8, chunked.  It stopped with "livelock" at 66 s.
+    rows = [(1.0, 4, 3), (2.0, 2, 6)]
+    r = q.simulate(q.from_list(rows), "vllm", bmax=2, kmax=None, kv=q.KV(capacity_tokens=8),
+                   latency=q.Staircase(1.0, 0.0, 1), batches=True, requests=True)
+    assert r.summary["batches"] == 14 and r.summary["completed"] == 2
 
 
 def test_kv_none_keeps_summaries_without_memory_figures():

@@ -17,13 +17,19 @@ A policy proposes as in section 3, with no token budget; the gate charges
   prompt to prefill (``vp = 0``) or one that arrived prefilled, ahead of a
   victim waiting to recompute its prompt), then the others in proposal order
   (step 3); each starts if ``free - need >= reserve`` (the watermark); the
-  first that does not stops all further new starts (head of line).
+  first that does not stops all further new starts (head of line).  A policy
+  that starts groups first come, first served (``fcfs``: WAIT, SPEC 7.5)
+  has its whole line walked by order key, so a request with no prompt never
+  starts ahead of an earlier prompt that failed its check.
 
 The budget: an item bigger than what is left of ``bmax`` is cut to it when
-prompts may be chunked; a whole prompt that does not fit is skipped in pass 1
-and stops pass 2.  Both passes read "proposal order" as a plan's decodes,
-then its prefill chunks (the other way round for a prefill-first policy,
-``orca``).
+prompts may be chunked; a whole prompt that does not fit is skipped in pass 1,
+and in pass 2 it stops the later prompts but not the decodes, as a policy's
+own walk of whole prompts does (:func:`~llmqueue.policies.builtin.take_prefill`:
+``orca`` with whole prompts still starts a request with no prompt behind a
+prompt the budget cannot take).  Both passes read "proposal order" as a
+plan's decodes, then its prefill chunks (the other way round for a
+prefill-first policy, ``orca``).
 
 :func:`gate` is a pure function of the proposal, the residents' states and
 the free blocks: it changes nothing and returns what to do (:class:`Gated`).
@@ -67,7 +73,7 @@ class Gated(NamedTuple):
 
 def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
          chunked: bool = True, prefill_first: bool = False,
-         decode_need: Optional[int] = None) -> Gated:
+         decode_need: Optional[int] = None, fcfs: bool = False) -> Gated:
     """Pass ``proposal`` through the KV gate.
 
     ``free`` blocks are free, ``budget`` is ``bmax``; ``started`` lists the
@@ -75,7 +81,8 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
     ``decode_need``, when given, promises that every decode item is a started
     resident and that together they need that many blocks (the engine knows
     it without walking them); the gate then takes them all at once when they
-    fit, so a choice costs O(prefill items), not O(decoders).
+    fit, so a choice costs O(prefill items), not O(decoders).  ``fcfs``:
+    pass 2 walks the new starts by order key alone (WAIT's groups).
     """
     if decode_need is not None and not prefill_first:
         quick = quick_gate(proposal, kv, free, budget, chunked, decode_need)
@@ -96,7 +103,7 @@ def gate(proposal: Plan, kv: KV, free: int, budget: int, started: StartedOrder,
     if not walk.victims:
         fresh = () if decode_need is not None else decode
         left, free, blocks = _pass_two(fresh, prefill, kv, free, left, blocks, chunked,
-                                       prefill_first, starts, accepted)
+                                       prefill_first, starts, accepted, fcfs)
     if walk.all_decoders:  # every decode item is started and was accepted
         out_decode: Sequence[Request] = decode
     else:
@@ -242,15 +249,19 @@ class _PassOne:
 
 
 def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
-              prefill_first: bool = False) -> List[Tuple[Request, int, bool]]:
+              prefill_first: bool = False, fcfs: bool = False
+              ) -> List[Tuple[Request, int, bool]]:
     """The unstarted items of a proposal as pass 2 walks them, ``(resident,
     tokens, is a decode)``: the items of preempted residents first, by order
     key (the latest preemption step first, whatever order the policy listed
     them in), then the others in proposal order (its decodes, then its
-    chunks; chunks first for a prefill-first policy)."""
+    chunks; chunks first for a prefill-first policy), or, ``fcfs``, by order
+    key too (first come, first served)."""
     decodes = [(r, 1, True) for r in decode]
     chunks = [(r, n, False) for r, n in prefill]
     line = chunks + decodes if prefill_first else decodes + chunks
+    if fcfs:
+        return sorted(line, key=_seq_of_item)
     if all(item[0].seq >= FRESH for item in line):  # nobody preempted: proposal order
         return line
     victims = sorted((i for i in line if i[0].seq < FRESH), key=_seq_of_item)
@@ -259,19 +270,26 @@ def wait_line(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]],
 
 def _pass_two(decode: Sequence[Request], prefill: Sequence[Tuple[Request, int]], kv: KV,
               free: int, left: int, blocks: int, chunked: bool, prefill_first: bool,
-              starts: List[Request], accepted: Dict[int, int]) -> Tuple[int, int, int]:
+              starts: List[Request], accepted: Dict[int, int], fcfs: bool = False
+              ) -> Tuple[int, int, int]:
     """Pass 2: new starts until the first that does not fit; returns ``(left, free, blocks)``."""
     fresh_decode = [r for r in decode if not is_started(r)]
     fresh_prefill = [(r, n) for r, n in prefill if not is_started(r)]
     if not fresh_decode and not fresh_prefill:
         return left, free, blocks
     reserve = kv.reserve
-    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill, prefill_first):
+    closed = False  # a whole prompt did not fit the budget: no later prompt starts
+    for r, n, is_decode in wait_line(fresh_decode, fresh_prefill, prefill_first, fcfs):
         if left <= 0:
             break
+        if closed and not is_decode:
+            continue
         if n > left:
-            if is_decode or not chunked:
-                break  # a whole prompt that does not fit blocks the line
+            if is_decode:
+                break
+            if not chunked:
+                closed = True  # head of line for prompts; decodes behind it may start
+                continue
             n = left
         need = kv.need(r, n, is_decode, False)
         if free - need < reserve:

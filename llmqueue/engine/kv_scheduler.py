@@ -14,11 +14,13 @@ are settled (SPEC 7.3 step 6):
    (:mod:`~llmqueue.engine.kv_swap`: then, while any request is swapped, the
    policy proposes on the started residents alone, and a gate call that
    preempted nobody swaps requests back in after pass 1);
-3. if the gate preempted but accepted nothing, the policy proposes again at the
-   same instant; if it accepted nothing and preempted nobody while started
-   residents exist, the policy proposes on the started residents alone and
-   that is gated (the fallback of 7.3 step 5: a ``vllm`` prefill step that
-   cannot start becomes a decode step); a policy that returns
+3. if the gate accepted nothing while started residents exist, and either
+   preempted nobody or the policy is one-phase (``vllm``,
+   ``fastertransformer``: its item preempted itself), the policy proposes on
+   the started residents alone and that is gated (the fallback of 7.3 step 5:
+   a ``vllm`` prefill step that cannot start becomes a decode step);
+   otherwise, or if that is empty too, a gate that preempted proposes again
+   at the same instant (the victims now unstarted); a policy that returns
    :data:`~llmqueue.policies.view.IDLE` leaves the GPU idle until an arrival
    (or until the arrivals end: the view then says it is draining, and WAIT
    starts what it has);
@@ -27,11 +29,9 @@ are settled (SPEC 7.3 step 6):
 
 A run whose iterations only recompute lost tokens for longer than any
 recovery could take (more than eight times the residents' tokens) is a
-livelock, and raises :class:`Stalled` rather than loop forever: e.g. ``vllm``
-with ``lazy`` admission and chunked prompts, where a new start takes its first
-chunk, is preempted by its own next chunk and starts again, while prefill-only
-steps keep the decoders waiting (``prompt`` admission, vLLM v0's, has no such
-cycle).
+livelock, and raises :class:`Stalled` rather than loop forever.  (``vllm``
+with ``lazy`` admission and chunked prompts, where a new start's next chunk
+preempts itself, is no such case: the fallback decodes the others first.)
 
 Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
 memory provably cannot change them: the choice preempted nobody and
@@ -148,6 +148,8 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
     residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
     recorder = engine.recorder
     prefill_first = engine.prefill_first
+    fcfs = bool(getattr(policy, "starts_fcfs", False))
+    one_phase = not getattr(policy, "mixed", True)
     preempted = 0
     fallback = False
     while True:
@@ -166,7 +168,7 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
         if proposal.decode is residents.decoding and not residents.unstarted_decoders:
             hint = residents.decode_need()
         gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
-                     prefill_first, hint)
+                     prefill_first, hint, fcfs)
         if gated.victims:
             now = engine.env.now
             if swap:
@@ -191,11 +193,11 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
                 moved, residents.moved = residents.moved, 0
                 return Choice(plan, preempted, moved)
             return Choice(plan, preempted)
+        if not fallback and residents.any_started() and (one_phase or not gated.victims):
+            fallback = True  # step 5, before step 1's re-proposal for a one-phase policy
+            continue
         if gated.victims:
             fallback = False
-            continue
-        if not fallback and residents.any_started():
-            fallback = True
             continue
         raise Stalled(_stall_message(engine, proposal, fallback))
 

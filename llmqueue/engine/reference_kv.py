@@ -54,7 +54,7 @@ from llmqueue.engine.results import Batch
 from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import LatencyModel
 from llmqueue.policies.builtin import Policy
-from llmqueue.policies.view import Plan, Request, SimpleView
+from llmqueue.policies.view import FRESH, IDLE, PREEMPTED, Plan, Request, SimpleView
 
 Item = Tuple[Request, int, bool]  # (resident, tokens, is a decode)
 
@@ -90,6 +90,17 @@ class KVReference(NamedTuple):
     """Every request that arrived, its :class:`Memory` in ``memory``."""
 
 
+def public_seq(key: Tuple[int, ...]) -> int:
+    """The order key a policy sees (``Request.seq``, :data:`UNSTARTED` and
+    after) for a reference key: a start number; a preempted resident's key
+    (later steps first, then by start); a fresh one's admission number."""
+    if key[0] == 0:
+        return key[1]
+    if key[0] == 1:
+        return PREEMPTED + ((1 << 30) + key[1]) * (1 << 28) + key[2]
+    return FRESH + key[1]
+
+
 def kv_of(r: Request) -> int:
     """Tokens ``r`` processed in its current incarnation (its KV, SPEC 7.1)."""
     return r.vp + r.vd - r.prefill_left - r.decode_left
@@ -101,6 +112,11 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                      horizon: Optional[float] = None) -> KVReference:
     """Step the model of SPEC 7 with the cache ``kv``; see the module docstring."""
     latency, policy, budget, slots, until = settings(policy, bmax, kmax, latency, horizon)
+    if not policy.budgeted:
+        budget = UNLIMITED  # WAIT ignores bmax (SPEC 7.5)
+    arrivals = list(arrivals)
+    # a horizon that cuts the workload short: its arrivals never end (no drain)
+    more = until is not None and any(to_ticks(a[0]) >= until for a in arrivals)
     size, blocks = kv.block_size, kv.blocks
     share = kv.watermark if kv.watermark is not None else (
         0.01 if kv.admission == "prompt" else 0.0)
@@ -167,6 +183,10 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 waiting.append(r)
 
     def ordered() -> List[Request]:
+        """The residents in key order, each given its key as the public order
+        key ``seq`` that policies read (WAIT's groups, ``holds_kv``)."""
+        for r in residents:
+            r.seq = public_seq(r.memory.key)
         return sorted(residents, key=lambda r: r.memory.key)
 
     def preempt(victims: List[Request]) -> None:
@@ -229,16 +249,23 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         if not victims:
             fresh = [item for item in items if not started(item[0])]
             # pass 2: the preempted first (by key: decodes and chunks merged), then the
-            # others in proposal order
-            victims_first = sorted((i for i in fresh if i[0].memory.key[0] == 1),
-                                   key=lambda item: item[0].memory.key)
-            line = victims_first + [i for i in fresh if i[0].memory.key[0] != 1]
+            # others in proposal order; a group that starts FCFS (WAIT), all by key
+            if policy.starts_fcfs:
+                line = sorted(fresh, key=lambda item: item[0].memory.key)
+            else:
+                victims_first = sorted((i for i in fresh if i[0].memory.key[0] == 1),
+                                       key=lambda item: item[0].memory.key)
+                line = victims_first + [i for i in fresh if i[0].memory.key[0] != 1]
+            prompts_blocked = False  # a whole prompt over the budget: no later prompt
             for r, n, decode in line:
                 if left <= 0:
                     break
+                if prompts_blocked and not decode:
+                    continue
                 if n > left:
-                    if decode or not policy.chunked:
-                        break
+                    if not policy.chunked:
+                        prompts_blocked = True
+                        continue
                     n = left
                 wanted = need(r, n, decode)
                 if free - wanted < reserve:
@@ -279,15 +306,20 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 prefill.append((r, n))
         return Plan(decode, prefill)
 
-    def choose() -> Tuple[Plan, int, int]:
-        """Propose and gate until a batch forms: the plan, preemptions, new starts."""
+    def choose() -> Optional[Tuple[Plan, int, int]]:
+        """Propose and gate until a batch forms: the plan, preemptions, new
+        starts; ``None`` when the policy idles (WAIT)."""
         preempted = 0
         fallback = False
         while True:
             order = [r for r in ordered() if started(r) or not (fallback or swapped)]
+            draining = not line and not more or len(residents) >= slots
             view = SimpleView([r for r in order if r.prefill_left == 0],
-                              [r for r in order if r.prefill_left > 0])
-            plan, victims, starts = gate(policy(view, UNLIMITED))
+                              [r for r in order if r.prefill_left > 0], draining=draining)
+            proposal = policy(view, UNLIMITED)
+            if proposal is IDLE:
+                return None
+            plan, victims, starts = gate(proposal)
             if victims:
                 preempted += len(victims)
                 preempt(sorted(victims, key=lambda r: r.memory.key))
@@ -296,10 +328,11 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                     r.memory.key = (0, counter["start"])
                     counter["start"] += 1
                 return plan, preempted, len(starts)
-            if victims:
+            if not fallback and any(started(r) for r in residents) and (
+                    not victims or not policy.mixed):
+                fallback = True  # step 5 comes before step 1's re-proposal
+            elif victims:
                 fallback = False
-            elif not fallback and any(started(r) for r in residents):
-                fallback = True
             else:
                 raise Stalled(f"no batch can form at t={now} ns under {kv!r}")
 
@@ -315,7 +348,13 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             break
         now = start
         counter["moved"] = 0
-        plan, preempted, new = choose()
+        chosen = choose()
+        if chosen is None:  # idle until the next arrival (none: until the horizon)
+            if not line:
+                break
+            now = line[0].arrival
+            continue
+        plan, preempted, new = chosen
         decode, prefill, requests, t = price(latency, plan, context)
         shares = [(r, 1 if kv_of(r) < r.memory.high else 0) for r in plan.decode] + [
             (r, max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))) for r, n in plan.prefill]

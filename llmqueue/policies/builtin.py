@@ -81,6 +81,9 @@ class Policy:
     budgeted: bool = True
     #: Whether it runs only on an engine with a KV cache (WAIT's quotas are memory's).
     needs_kv: bool = False
+    #: Whether its new starts go first come, first served (WAIT's groups): with a
+    #: KV cache the gate then walks them by order key, not decodes before prompts.
+    starts_fcfs: bool = False
 
     def __init__(self, chunked: bool = True) -> None:
         if not isinstance(chunked, bool):

@@ -42,7 +42,9 @@ Decisions where SPEC 7.5 is silent:
 * a resident whose type has no quota is a ``ValueError`` naming ``n``;
 * an unstarted resident with no prefill left (``vp = 0``, or a prompt that
   arrived prefilled, ``Engine.call(prefilled=True)``) starts with its first
-  decode, counted as one of its type's ``n_j``;
+  decode, counted as one of its type's ``n_j``; a group starts first come,
+  first served (``starts_fcfs``): the gate walks its members by order key and
+  the first that fails its memory check stops the rest (SPEC 7.3 step 3);
 * a preemption under WAIT is the quotas' fault (SPEC 7.5): the run reports
   it as ``threshold_error``.
 """
@@ -124,6 +126,7 @@ class Wait(Policy):
     stationary = False
     budgeted = False
     needs_kv = True
+    starts_fcfs = True
 
     def __init__(self, n: Union[int, Mapping[Hashable, int], None] = None, *,
                  classify: Optional[Classify] = None, gate: str = "all", idle: str = "strict",
