@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import azure
 from llmqueue.plotting import plot_latency_cdfs, plot_pending, save
@@ -54,4 +55,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

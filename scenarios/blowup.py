@@ -24,6 +24,7 @@ from typing import Dict
 
 from llmqueue import make_policy
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import blowup
 from llmqueue.experiments.base import Rows, engine_kwargs
@@ -75,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from llmqueue.cli.script import script
 from llmqueue.experiments import get
 from llmqueue.models.latency import Staircase
 from llmqueue.plotting import plot_lines, save
@@ -73,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import coprime
 from llmqueue.plotting import plot_coprime, save
@@ -50,4 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

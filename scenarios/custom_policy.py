@@ -15,6 +15,7 @@ from typing import Callable
 
 from llmqueue import Plan, Sarathi
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.experiments import sarathi_demo as demo
 from llmqueue.policies.view import View
 
@@ -52,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

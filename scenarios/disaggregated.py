@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import disaggregated as dis
 from llmqueue.plotting import plot_against_load, save
@@ -57,4 +58,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

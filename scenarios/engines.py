@@ -22,6 +22,7 @@ import os
 import textwrap
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.experiments import engines
 from llmqueue.plotting import plot_capacity, save
 
@@ -50,4 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

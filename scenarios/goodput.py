@@ -25,6 +25,7 @@ import os
 import textwrap
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.experiments import goodput
 from llmqueue.plotting import plot_capacity, save
 
@@ -67,4 +68,4 @@ def figure_title(params: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

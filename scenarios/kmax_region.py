@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import kmax_region
 
@@ -41,4 +42,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

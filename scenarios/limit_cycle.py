@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import limit_cycle as cycle
 from llmqueue.experiments.greedy_memory import M, QUOTA, VD, VP, theory
@@ -64,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

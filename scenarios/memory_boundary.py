@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import memory_boundary as boundary
 from llmqueue.plotting import plot_memory_boundary, save
@@ -50,4 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

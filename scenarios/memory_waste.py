@@ -31,6 +31,7 @@ import os
 import matplotlib.pyplot as plt
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import memory_waste, point_c
 from llmqueue.plotting import plot_memory_waste, plot_pending, save
@@ -68,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

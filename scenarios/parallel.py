@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.experiments import parallel
 from llmqueue.network.routers import router_names
 from llmqueue.plotting import plot_pending, save
@@ -53,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

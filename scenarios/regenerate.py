@@ -19,7 +19,6 @@ Run:  python scenarios/regenerate.py [--jobs N] [--quick] [--only NAME ...] [--l
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from llmqueue.cli.script import Parser
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -182,7 +183,7 @@ def report(ran: Sequence[Producer], started: float) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the producers (all, ``--only`` some, ``--quick`` the short ones) or
     ``--list`` them; the exit code is 1 if any failed or a file is unaccounted."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])  # errors: one line, exit code 2
     parser.add_argument("--jobs", type=int, default=1, help="producers run at once (default 1)")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
                         help="run only these producers")

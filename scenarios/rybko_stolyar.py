@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.experiments import rybko_stolyar as rs
 from llmqueue.plotting import plot_backlogs, save
 
@@ -50,4 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import sarathi_demo as demo
 from llmqueue.plotting import plot_chunk_sweep, save
@@ -51,4 +52,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

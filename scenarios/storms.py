@@ -34,6 +34,7 @@ import os
 from typing import Dict
 
 from llmqueue.cli.report import report
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import storms
 from llmqueue.experiments.base import Rows
@@ -90,4 +91,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

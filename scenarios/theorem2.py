@@ -23,6 +23,7 @@ from typing import Dict
 
 from llmqueue import Result
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import theorem2
 from llmqueue.experiments.base import engine_kwargs
@@ -62,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

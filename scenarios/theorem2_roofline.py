@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import theorem2_roofline as e84
 from llmqueue.plotting import plot_theorem2, save
@@ -45,4 +46,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from llmqueue.cli.report import table
+from llmqueue.cli.script import script
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import point_c, vertex_c
 from llmqueue.plotting import plot_pending, save
@@ -42,4 +43,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script(main)

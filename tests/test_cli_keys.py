@@ -18,8 +18,8 @@ from llmqueue.experiments.blowup import sizes as blowup_sizes
 from llmqueue.experiments.traffic import size_law
 from llmqueue.hardware import Roofline, kv_capacity
 from llmqueue.models.latency import StepModel
-from llmqueue.models.sizes import (Fixed, Geometric, LogNormal, UniformInt, decode_variance,
-                                   mean_chunks)
+from llmqueue.models.chunks import mean_chunks
+from llmqueue.models.sizes import Fixed, Geometric, LogNormal, UniformInt, decode_variance
 from llmqueue.sweeps import grid
 
 FORMS = "N, uniform:LO:HI, geometric:MEAN, lognormal:MEAN:CV or empirical:FILE"

@@ -21,6 +21,7 @@ MODULES = {
     "llmqueue.theory.wait": 1,          # wait_thresholds
     "llmqueue.theory.capacity": 1,      # lambda_star
     "llmqueue.theory.slo": 5,           # SLO
+    "llmqueue.theory.prefix": 9,        # ideal_hit_ratio, che_hit_ratio, zipf_popularity, ...
     "llmqueue.policies.wait": 4,        # Wait
     "llmqueue.hardware.memory": 1,      # kv_capacity
 }

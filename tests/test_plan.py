@@ -224,7 +224,7 @@ def test_a_boundary_before_anything_passed_searches_below(monkeypatch):
     # goodput of 0.  The search now bisects below it until a rate passes.
     planning = importlib.import_module("llmqueue.planning.plan")  # the module, not plan()
 
-    def fake(base, rate, engines, rules, executor, bar):
+    def fake(base, rate, engines, rules, executor, bar, above_bound=False):
         return planning.Probe(rate, engines, 3, 0.95 if rate < 9 else 0.9, 0.01,
                               planning.PASS if rate < 9 else planning.BOUNDARY)
     monkeypatch.setattr(planning, "probe", fake)

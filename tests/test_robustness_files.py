@@ -57,13 +57,14 @@ def trace(tmp_path):
     (["run", "trace", "--set", "path=t.csv", "--requests", "t.csv"], "--requests"),
     (["run", "trace", "--set", "path=t.csv", "--batches", "hard.csv"], "--batches"),
     (["run", "trace", "--set", "path=sym.csv", "--timeseries", "t.csv"], "--timeseries"),
-    (["run", "trace", "--set", "path=t.csv", "--plot", "t.csv"], "--plot"),
-    (["run", "azure", "--set", "path=t.csv", "--set", "limit=2", "--set", "cdf=t.csv"], "cdf"),
+    (["run", "trace", "--set", "path=t.png", "--plot", "t"], "--plot"),  # t: t.png
+    (["run", "azure", "--set", "path=t.png", "--set", "limit=2", "--set", "cdf=t"], "cdf"),
     (["plan", "--set", "vd=empirical:e.txt", "--ttft", "1", "--csv", "e.txt"], "--csv"),
 ])
 def test_an_output_naming_an_input_is_refused_and_the_input_survives(trace, argv, named):
     (trace / "u.csv").write_text(TRACE)
     (trace / "e.txt").write_text("5\n6\n")
+    (trace / "t.png").write_text(TRACE)  # a trace with an image's name
     os.link(trace / "t.csv", trace / "hard.csv")  # the same file under two names
     os.symlink("t.csv", trace / "sym.csv")
     before = {p.name: p.read_bytes() for p in trace.iterdir()}
@@ -74,8 +75,9 @@ def test_an_output_naming_an_input_is_refused_and_the_input_survives(trace, argv
 def test_plot_refuses_to_draw_over_its_csv_and_run_over_its_own_outputs(trace):
     assert cli(trace, "sweep", "trace", "--set", "path=t.csv", "--out", "s.csv").returncode == 0
     kept = (trace / "s.csv").read_bytes()
-    fails(trace, "plot", "s.csv", "--x", "kmax", "--y", "arrivals", "--out", "s.csv",
-          names="s.csv", says="is the same file as csv")
+    os.symlink("s.csv", trace / "s.png")  # --out s is s.png, which is the CSV
+    fails(trace, "plot", "s.csv", "--x", "kmax", "--y", "arrivals", "--out", "s",
+          names="s.png", says="is the same file as csv")
     assert (trace / "s.csv").read_bytes() == kept
     fails(trace, "run", "trace", "--set", "path=t.csv", "--requests", "a.csv", "--batches",
           "a.csv", names="--requests: a.csv", says="is the same file as --batches")
@@ -86,8 +88,11 @@ def test_plot_refuses_to_draw_over_its_csv_and_run_over_its_own_outputs(trace):
 
 
 def hold_lock(path):
-    """Lock ``path`` as a running sweep does; returns the open descriptor."""
+    """Lock ``path`` as a running sweep does (its lock file holds the mark that
+    says it is a sweep's); returns the open descriptor."""
+    from llmqueue.common.files import LOCK_MARK
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    os.write(fd, LOCK_MARK)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     return fd
 

@@ -137,7 +137,7 @@ def test_a_plan_where_nothing_passes_stops_at_the_floor(monkeypatch):
     planning = importlib.import_module("llmqueue.planning.plan")
     rates = []
 
-    def fail(base, rate, k, rules, executor, bar):
+    def fail(base, rate, k, rules, executor, bar, above_bound=False):
         rates.append(rate)
         return planning.Probe(rate, k, 2, 0.0, 0.0, planning.FAIL)
     monkeypatch.setattr(planning, "probe", fail)

@@ -8,13 +8,15 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
+from llmqueue.cli import capacity as capacity_cli
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
-from llmqueue.cli.report import report, strict_json, table
+from llmqueue.cli.report import report, strict_json
+from llmqueue.cli.settings import overrides
 from llmqueue.common import files, progress, validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
@@ -72,21 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a parameter of `run single` (repeatable)")
     cap.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
-
-
-def _overrides(pairs: Sequence[str], scheduler: Optional[str]) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
-        out[key.strip()] = value.strip()
-    if scheduler is not None:
-        if out.get("scheduler", scheduler) != scheduler:
-            raise ValueError(f"scheduler given twice: --scheduler {scheduler} and --set "
-                             f"scheduler={out['scheduler']}; give it once")
-        out["scheduler"] = scheduler
-    return out
 
 
 def _per_row(path: str, label: str, many: bool) -> str:
@@ -154,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise ValueError("run needs a scenario NAME; allowed: "
                          f"{', '.join(experiments.REGISTRY)}")
     experiment: Experiment = experiments.get(args.scenario)
-    params = experiment.resolve(_overrides(args.set, args.scheduler))
+    params = experiment.resolve(overrides(args.set, args.scheduler))
     if params.get("scheduler") is not None:
         make_policy(params["scheduler"])  # fail early on an unknown name
     if args.horizon is not None and not args.horizon > 0:
@@ -163,12 +150,16 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
     if args.max_pending is not None:
         validation.positive_int("--max-pending", args.max_pending)
+    args.plot = args.plot and files.figure_path(args.plot, "--plot")  # the file written
     options = RunOptions(horizon=args.horizon, seed=args.seed,
                          batches=bool(args.batches or args.chrome_trace),
                          requests=bool(args.requests),
                          timeseries=bool(args.timeseries or args.plot),
                          max_pending=args.max_pending)
-    written, inputs = experiments.files_named(_overrides(args.set, None).items())
+    implied = {"batches": "--chrome-trace" if args.chrome_trace and not args.batches else "",
+               "timeseries": "--plot" if args.plot and not args.timeseries else ""}
+    experiment.check_options(options, {k: flag for k, flag in implied.items() if flag})
+    written, inputs = experiments.files_named(overrides(args.set, None).items())
     files.check_outputs(_outputs(args, [""]) + written, inputs)
     with progress.runs_shown(not args.json and sys.stderr.isatty()):
         rows: Rows = experiment.execute(params, options)
@@ -218,113 +209,6 @@ def cmd_fit(args: argparse.Namespace) -> None:
           f"   R^2 = {line.r2:.4f}")
 
 
-def cmd_capacity(args: argparse.Namespace) -> None:
-    """Theorem 2's figures for the engine and workload of ``run single``."""
-    from llmqueue.experiments.base import engine_kwargs, memory_capacity
-    from llmqueue.experiments.single import arrival_rate
-    from llmqueue.experiments.traffic import mean_sizes
-    from llmqueue.models.latency import tokens_time
-    from llmqueue.theory import capacity as theory
-    from llmqueue.theory.shapes import at_mean_context
-    from llmqueue.theory.stability import predict, with_memory
-    p = experiments.REGISTRY["single"].resolve(_overrides(args.set, args.scheduler))
-    if p["bmax"] is None:
-        raise ValueError("bmax must be an integer >= 1 for capacity figures; got none "
-                         "(an unlimited budget has no full batch)")
-    latency = engine_kwargs(p)["latency"]
-    vp, vd = mean_sizes(p)
-    bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
-    rate = arrival_rate(p)
-    names = [p["scheduler"]] if args.scheduler else [  # wait needs a KV cache
-        name for name in policy_names() if p["kv"] is not None
-        or not getattr(make_policy(name), "needs_kv", False)]
-    verdicts: Dict[str, Dict[str, Any]] = {}
-    for name in names:
-        wc = make_policy(name, chunked=p["chunked"]).work_conserving
-        verdicts[name] = {"work_conserving": wc,
-                          "predicted": predict(rate, vp, vd, work_conserving=wc, bmax=bmax,
-                                               kmax=kmax, latency=latency)}
-    seen: Any = at_mean_context(latency, vp, vd)  # not of the batch size alone: at the mix
-    doc = {"token_capacity": theory.token_capacity(bmax, seen),
-           "peak_token_rate": theory.peak_token_rate(bmax, seen),
-           "batch_time": tokens_time(seen, bmax),
-           "lambda_star": theory.lambda_star(bmax, vp, vd, seen),
-           "rate": rate, "tokens_per_request": vp + vd,
-           "load": theory.load(rate, bmax, vp, vd, seen),
-           "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, seen),
-           "approximate": seen is not latency,
-           "params": p, "verdicts": verdicts}
-    memory = memory_capacity(p, p["vp"], p["vd"], latency)
-    doc.update(memory)
-    for verdict in verdicts.values():  # where memory binds, above it is unstable (SPEC 7.6)
-        verdict["predicted"] = with_memory(verdict["predicted"], rate, memory)
-    if args.json:
-        print(strict_json(doc))
-        return
-    print(f"engine: bmax = {bmax}, kmax = {kmax}, {latency!r}\n"
-          f"workload: {rate:.4g} req/s x ({p['vp']} + {p['vd']}) tokens = "
-          f"{rate * (vp + vd):.1f} tokens/s offered\n"
-          f"{_full_batch(seen, bmax) if doc['approximate'] else ''}"
-          f"token capacity  bmax / t_bmax = {bmax} / {doc['batch_time']:.5g} s = "
-          f"{doc['token_capacity']:.1f} tokens/s (a work-conserving scheduler in overload)\n"
-          f"peak token rate max b / t_b   = {doc['peak_token_rate']:.1f} tokens/s "
-          f"({'at the mix' if doc['approximate'] else 'no scheduler serves faster'})\n"
-          f"lambda*         = {doc['lambda_star']:.4g} req/s\n"
-          f"load            = {doc['load']:.4f} of capacity; fluid backlog slope "
-          f"{doc['fluid_slope']:.1f} tokens/s\n")
-    if "mu_mem" in doc:
-        print(memory_lines(doc) + "\n")
-    print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
-                  "predicted": v["predicted"]} for n, v in verdicts.items()],
-                [("wc", "work-conserving", "{}"),
-                 ("predicted", "predicted (Theorem 2" + (", memory)" if memory else ")"), "{}")]))
-
-
-def _full_batch(seen: Any, bmax: int) -> str:
-    """The line that says how ``capacity`` prices the full batch of a model
-    not priced by its batch size alone (:class:`~llmqueue.theory.shapes.MeanContext`)."""
-    from llmqueue.theory.shapes import mix_decode, needs_context
-    d = mix_decode(bmax, seen.mean_prefill, seen.mean_decode)
-    if needs_context(seen.latency):
-        shape = (f"{bmax - d} prefill tokens (one chunk at context {seen.chunk_ctx:g}) + "
-                 f"{d} decodes (at context {seen.decode_ctx:g}): the workload's mix at its "
-                 "mean contexts")
-    else:
-        shape = f"{bmax - d} prefill tokens (one chunk) + {d} decodes: the workload's mix"
-    return (f"full batch      {shape}, so every figure below is approximate (SPEC 8.6) and "
-            "loads within 10% of 1 are a boundary\n")
-
-
-def memory_lines(doc: Dict[str, Any]) -> str:
-    """``llmqueue capacity``'s memory block (SPEC 7.6): the figures of
-    :func:`~llmqueue.experiments.base.memory_capacity` with their formulas."""
-    lines = [f"KV cache        M = {doc['kv_capacity']:,} tokens; E[g] = {doc['kv_area']:,.0f} "
-             f"token-iterations per request; b* = M E[vp+vd] / E[g] = {doc['b_star']:.1f} "
-             "tokens per iteration",
-             f"mu_mem          M / (t(b*) E[g]) = {doc['mu_mem']:.4g} req/s"]
-    if doc.get("fits") is False:
-        lines.append(f"no request fits  vp + vd = {doc['tokens_per_request']:,} tokens, more than "
-                     "the cache holds for one request: every request is ignored (SPEC 7.1)")
-    if doc.get("delta") is not None:
-        lines.append(f"stable side     mu_mem (1 - delta) = {doc['mu_mem_stable']:.4g} req/s "
-                     f"(delta = (vp + vd) / M = {doc['delta']:.4f})")
-    if doc.get("lambda_kmax") is not None:
-        lines.append(f"slots           lambda_kmax = {doc['lambda_kmax']:.4g} req/s")
-    if doc.get("lambda_joint") is not None:
-        lines.append(f"joint capacity  {doc['lambda_joint']:.4g} req/s: {doc['binding']} binds")
-    else:
-        lines.append(f"joint capacity  {doc['mu_mem']:.4g} req/s: memory binds (no budget)")
-    if doc.get("wait_n") is not None:
-        fits = doc["lambda_wait"] is not None
-        lines.append(f"WAIT            quota n = {doc['wait_n']}, steady KV n g = "
-                     f"{doc['wait_kv']:,.0f} tokens: "
-                     + (f"lambda_WAIT = {doc['lambda_wait']:.4g} req/s" if fits else
-                        "more than M, so WAIT would preempt (threshold_error): "
-                        + ("no quota fits" if doc["wait_n"] == 1 else
-                           "this quota does not fit (without wait_n: the largest that does)")))
-    return "\n".join(lines)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2 for bad input)."""
     _user_modules_last()
@@ -338,7 +222,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif hasattr(args, "handler"):
             args.handler(args)
         elif args.command == "capacity":
-            cmd_capacity(args)
+            capacity_cli.cmd_capacity(args)
         else:
             cmd_run(args)
     except BrokenPipeError:  # the reader went away (``llmqueue list | head -1``)

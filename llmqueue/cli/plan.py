@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli.report import strict_json, table
@@ -27,7 +27,7 @@ from llmqueue.experiments.base import engine_kwargs
 from llmqueue.experiments.traffic import size_law
 from llmqueue.network.routers import router_names
 from llmqueue.planning.engines import plan_engines, pool_limit
-from llmqueue.planning.plan import PlanResult, bounds_of, check_slo, plan
+from llmqueue.planning.plan import PlanResult, bounds_of, check_slo, plan, shown_quantile
 from llmqueue.planning.spec import EngineSpec, Traffic, arrival_cv
 from llmqueue.sweeps.executors import open_executor
 from llmqueue.theory.slo import SLO
@@ -91,6 +91,7 @@ def _fmt(x: Optional[float], spec: str = "{:.4g}") -> str:
 
 def _row(r: PlanResult) -> Dict[str, Any]:
     b, at = r.bounds, r.at_lo
+    key = shown_quantile(r.mode, r.target)[0]
     cost = r.cost
     return {"label": f"{r.config['scheduler']} bmax={r.config['bmax']} "
                      f"kmax={r.config['kmax']}",
@@ -99,27 +100,33 @@ def _row(r: PlanResult) -> Dict[str, Any]:
             "goodput": f"{r.goodput:.4g} [{r.lo:.4g}, {r.hi:.4g}]",
             "crossing": r.crossing, "per_gpu": r.per_gpu_goodput,
             "A_lo": f"{_fmt(at.get('attainment'), '{:.3f}')} +- {_fmt(at.get('hw'), '{:.3f}')}",
-            "ttft_p90": (at.get("ttft_p90") or [None])[0],
-            "tpot_p90": (at.get("tpot_p90") or [None])[0],
+            "ttft": (at.get(f"ttft_{key}") or [None])[0],
+            "tpot": (at.get(f"tpot_{key}") or [None])[0],
             "busy": (at.get("busy_fraction") or [None])[0],
             "probes": sum(1 for p in r.probes if p.reps), "wall": r.seconds,
             "per_hour": None if cost is None else cost.per_hour,
             "per_m_out": None if cost is None else cost.per_million_output}
 
 
-COLUMNS = [("lambda_tok", "lambda_tok", "{:.4g}"), ("lambda_slot", "lambda_slot", "{:.4g}"),
-           ("lambda_kv", "lambda_kv", "{:.4g}"),
-           ("A_0", "A_0", "{:.3f}"), ("goodput", "goodput [lo, hi]", "{}"),
-           ("crossing", "crossing", "{:.4g}"), ("per_gpu", "per GPU", "{:.4g}"),
-           ("A_lo", "A at lo", "{}"), ("ttft_p90", "TTFT p90 s", "{:.3f}"),
-           ("tpot_p90", "TPOT p90 s", "{:.3f}"), ("busy", "busy", "{:.2f}"),
-           ("probes", "probes", "{}"), ("wall", "wall s", "{:.1f}"),
-           ("per_hour", "$/h", "{:.2f}"), ("per_m_out", "$/M out", "{:.3f}")]
+def columns(r: PlanResult) -> List[Tuple[str, str, str]]:
+    """The plan table's columns; the latencies at the quantile the result's
+    mode judges (:func:`~llmqueue.planning.plan.shown_quantile`)."""
+    shown = shown_quantile(r.mode, r.target)[1]
+    return [("lambda_tok", "lambda_tok", "{:.4g}"), ("lambda_slot", "lambda_slot", "{:.4g}"),
+            ("lambda_kv", "lambda_kv", "{:.4g}"),
+            ("A_0", "A_0", "{:.3f}"), ("goodput", "goodput [lo, hi]", "{}"),
+            ("crossing", "crossing", "{:.4g}"), ("per_gpu", "per GPU", "{:.4g}"),
+            ("A_lo", "A at lo", "{}"), ("ttft", f"TTFT {shown} s", "{:.3f}"),
+            ("tpot", f"TPOT {shown} s", "{:.3f}"), ("busy", "busy", "{:.2f}"),
+            ("probes", "probes", "{}"), ("wall", "wall s", "{:.1f}"),
+            ("per_hour", "$/h", "{:.2f}"), ("per_m_out", "$/M out", "{:.3f}")]
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     """Run ``plan`` (and ``plan_engines``) and report."""
     engine, traffic = configure(args.set)
+    if args.plot:  # the file the figure will be: the one the output guard checks
+        args.plot = files.figure_path(args.plot, "--plot")
     outputs = [(f"--{k}", getattr(args, k)) for k in ("csv", "plot") if getattr(args, k)]
     given = [(k, v) for k, _, v in (pair.partition("=") for pair in args.set)]
     files.check_outputs(outputs, files.named_files(given))
@@ -164,7 +171,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         print(f"The SLO {dict(slo.gated)} is {result.reason}.")
         return
     print(f"plan ({result.mode} attainment, target {result.target}): {traffic.describe()}")
-    print(table([_row(result)], COLUMNS))
+    print(table([_row(result)], columns(result)))
     if result.reason:
         print(f"note: {result.reason}")
     if engines is not None:

@@ -7,7 +7,7 @@ import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llmqueue.experiments.base import Check, Experiment, Rows
-from llmqueue.theory.stability import memory_bound
+from llmqueue.theory.stability import binding_bound
 
 #: (summary key, column title, format) of the default table.
 COLUMNS: List[Tuple[str, str, str]] = [
@@ -95,10 +95,13 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
 
 
 def memory_note(s: Mapping[str, Any]) -> str:
-    """Where a KV cache binds the joint capacity, the rate it binds at
-    (SPEC 7.6: the prediction then counts it)."""
-    bound = memory_bound(s)
-    return "" if bound is None else f"; memory binds at {bound:.4g} req/s"
+    """Where a KV cache or the slots bind the joint capacity, the rate they
+    bind at (SPEC 7.6: the prediction then counts it)."""
+    bound = binding_bound(s)
+    if bound is None:
+        return ""
+    rate, resource = bound
+    return f"; {resource} {'binds' if resource == 'memory' else 'bind'} at {rate:.4g} req/s"
 
 
 def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],

@@ -108,7 +108,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
         raise ValueError(f"--y {args.y}: no row of {args.csv} has a number there "
                          "(text or empty): nothing to plot")
     keys = _names(args.x) or []
-    path = args.out or default_path(args.csv, args.y)
+    path = files.figure_path(args.out or default_path(args.csv, args.y), "--out")
     files.check_outputs([("--out", path)], [("csv", args.csv)])
     known = experiments.REGISTRY.get(str(rows[0].get("scenario")))
     params = known.params if known is not None else None  # for axis labels

@@ -16,8 +16,13 @@ line, for text that cannot be read), never a traceback or a hang:
 * :func:`refuse_clashes` refuses an output that is the same file as an input
   (or as another output), compared with :func:`os.path.samefile`, so that no
   command ever overwrites a file it was asked to read.
+* :func:`figure_path` decides, before anything runs, the file a figure is
+  written to (``PATH.png`` for a name without an ending, as matplotlib would
+  write it), so that the guard checks that file; an ending matplotlib cannot
+  write is refused there, not after the run.
 * :func:`exclusive_lock` holds ``PATH.lock`` (``fcntl.flock``) while a sweep
-  writes ``PATH``; a second sweep on the same file fails at once.  Where
+  writes ``PATH``; a second sweep on the same file fails at once.  It removes
+  only a lock file that is a sweep's, never a user's file of that name.  Where
   ``fcntl`` is missing (Windows) the lock is a no-op.
 """
 
@@ -45,6 +50,16 @@ def shown(path: str) -> str:
     """``path`` as an error message prints it: as given, or quoted when it holds
     a line break or another unprintable character (messages stay one line)."""
     return path if path.isprintable() else repr(path)
+
+
+def file_name(what: str, path: object) -> str:
+    """``path`` as a text file name, if it is one (a ``str`` or an
+    ``os.PathLike`` of one); otherwise a ValueError naming ``what``."""
+    name = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(name, str):
+        raise ValueError(f"{what} must be a file name (a str or os.PathLike), got "
+                         f"{type(path).__name__} {repr(path)[:60]}")
+    return name
 
 
 def _kind(mode: int) -> str:
@@ -117,7 +132,7 @@ def open_text_input(path: str, what: str = "path") -> TextInput:
     that named it), the path and the reason.  The file is opened without
     waiting (a FIFO would block until a writer came) and checked on the open
     handle, so it cannot be swapped between the check and the read."""
-    path = os.fspath(path)
+    path = file_name(what, path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -235,6 +250,31 @@ def check_outputs(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -> Non
     refuse_clashes(outputs, inputs)
 
 
+#: The endings a figure is written as (matplotlib's image formats since 3.7,
+#: less ``pgf``, which needs LaTeX, and the raw pixel buffers ``raw``, ``rgba``).
+FIGURE_ENDINGS = ("png", "svg", "svgz", "pdf", "eps", "ps", "jpg", "jpeg", "tif", "tiff",
+                  "webp")
+#: The ending an animation is written as.
+ANIMATION_ENDINGS = ("gif",)
+
+
+def figure_path(path: str, what: str, endings: Sequence[str] = FIGURE_ENDINGS) -> str:
+    """The file a figure named ``path`` is written to, decided before anything
+    runs so that the output guard checks that very file: ``path`` itself when
+    it ends in one of ``endings`` (in any case), ``PATH.png`` (the first of
+    ``endings``) when its name has no ending, as matplotlib would add it.  Any
+    other ending is a ValueError naming ``what`` and the allowed endings."""
+    path = file_name(what, path)
+    ending = os.path.splitext(path)[1]
+    if ending in ("", "."):
+        return f"{path}.{endings[0]}"
+    if ending[1:].lower() not in endings:
+        raise ValueError(f"{what}: cannot write {shown(path)}: a figure's name must end in "
+                         f"{', '.join('.' + e for e in endings)} (without an ending: "
+                         f".{endings[0]} is added); got {shown(ending)}")
+    return path
+
+
 def named_files(values: Iterable[Tuple[str, object]]) -> List[Named]:
     """The existing files among parameter values ``(name, value)``: a text
     value that names a file, or whose part after ``KIND:`` does
@@ -252,35 +292,73 @@ def named_files(values: Iterable[Tuple[str, object]]) -> List[Named]:
     return out
 
 
+#: What a sweep writes into a lock file it creates: a file of that name that
+#: does not begin so is someone else's, used as the lock but never removed.
+LOCK_MARK = b"llmqueue sweep lock (removed when the sweep ends)\n"
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: str, what: str) -> Iterator[Optional[str]]:
-    """Hold an exclusive lock on ``PATH.lock`` (created, and removed again on
-    release) while the block runs; yields the lock file's path.  If another
-    process holds it, a ValueError naming ``what``, the file and the lock, at
-    once.  Without ``fcntl`` nothing is locked (yields ``None``)."""
+    """Hold an exclusive lock on ``PATH.lock`` while the block runs; yields the
+    lock file's path.  The lock file is created if missing and removed on
+    release if it is a sweep's (created now, or left by a sweep that was
+    killed: it holds :data:`LOCK_MARK`); a file of that name that is not a
+    sweep's (``poetry.lock`` for ``--out poetry``) is locked as it is, left
+    unchanged and never removed.  If another process holds the lock, a
+    ValueError naming ``what``, the file and the lock, at once.  Without
+    ``fcntl`` nothing is locked (yields ``None``)."""
     if fcntl is None:  # pragma: no cover
         yield None
         return
     lock = os.fspath(path) + ".lock"
-    fd = _acquire(lock, what, os.fspath(path))
+    fd, ours = _acquire(lock, what, os.fspath(path))
     try:
         yield lock
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)  # under the lock: a waiter that opened it sees it gone
+        if ours:
+            with contextlib.suppress(OSError):
+                os.unlink(lock)  # under the lock: a waiter that opened it sees it gone
         os.close(fd)
 
 
-def _acquire(lock: str, what: str, path: str) -> int:
-    """Open and lock ``lock``; retry when a finishing holder removed it between
-    our open and our lock."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(10):
+def _open_lock(lock: str, what: str) -> Optional[Tuple[int, bool]]:
+    """``lock`` open for locking and whether it is a sweep's lock file: created
+    now (then marked with :data:`LOCK_MARK` at once) or holding the mark;
+    ``None`` if it went away between our two tries."""
+    flags = os.O_RDWR | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
         try:
-            fd = os.open(lock, flags, 0o644)
-        except OSError as exc:
-            raise ValueError(f"{what}: cannot create the lock file {shown(lock)}: "
-                             f"{exc.strerror}") from None
+            fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                fd = os.open(lock, flags)
+            except FileNotFoundError:
+                return None
+            return fd, _marked(fd)
+    except OSError as exc:
+        raise ValueError(f"{what}: cannot create the lock file {shown(lock)}: "
+                         f"{exc.strerror}") from None
+    with contextlib.suppress(OSError):
+        os.write(fd, LOCK_MARK)
+    return fd, True
+
+
+def _marked(fd: int) -> bool:
+    """Whether the open file ``fd`` begins with :data:`LOCK_MARK`."""
+    try:
+        return os.pread(fd, len(LOCK_MARK), 0) == LOCK_MARK
+    except OSError:  # a directory, say: refused when locked
+        return False
+
+
+def _acquire(lock: str, what: str, path: str) -> Tuple[int, bool]:
+    """Open and lock ``lock`` (see :func:`_open_lock`); retry when a finishing
+    holder removed it between our open and our lock."""
+    for _ in range(10):
+        opened = _open_lock(lock, what)
+        if opened is None:
+            continue
+        fd, ours = opened
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError(f"{what}: the lock file {shown(lock)} is not a regular file; "
@@ -298,7 +376,7 @@ def _acquire(lock: str, what: str, path: str) -> int:
             raise
         try:
             if os.path.samestat(os.fstat(fd), os.stat(lock)):
-                return fd
+                return fd, ours or _marked(fd)
         except OSError:
             pass
         os.close(fd)

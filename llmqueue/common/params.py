@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
+from llmqueue.common.validation import MAX_INT, MAX_INT_TEXT, shown
+
 #: What each kind of parameter accepts, for error messages and help.
 KINDS = {"int": "an integer", "int-or-none": "an integer or none", "float": "a number",
          "float-or-none": "a number or none", "bool": "true or false", "str": "text",
@@ -36,6 +38,9 @@ class Param:
     """Smallest allowed number (inclusive), if any."""
     above: Optional[float] = None
     """Numbers must be greater than this, if given."""
+    high: Optional[float] = None
+    """Largest allowed number (inclusive), if any; an integer is at most
+    :data:`~llmqueue.common.validation.MAX_INT` whatever this says."""
     quiet_default: bool = False
     """Left out of sweep run seeds while at its default: a parameter added to an
     experiment later keeps the seeds (and numbers) of the runs that do not set it."""
@@ -63,14 +68,26 @@ class Param:
         try:
             value = self._read(text)
         except ValueError:
-            raise ValueError(f"{name} must be {self.describe()}; got {text!r}") from None
+            raise ValueError(f"{name} must be {self.describe()}; got {shown(text)}") from None
         if self.choices and value not in self.choices:
-            raise ValueError(f"{name} must be one of {', '.join(self.choices)}; got {text!r}")
+            raise ValueError(f"{name} must be one of {', '.join(self.choices)}; "
+                             f"got {shown(text)}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 (self.low is not None and value < self.low)
                 or (self.above is not None and value <= self.above)):
-            raise ValueError(f"{name} must be {self.describe()}; got {text!r}")
+            raise ValueError(f"{name} must be {self.describe()}; got {shown(text)}")
+        high = self._high()
+        if high is not None and isinstance(value, (int, float)) and (
+                value > high[0] or (self.kind.startswith("int") and value < -MAX_INT)):
+            raise ValueError(f"{name} must be {self.describe(limit=True)}; got {shown(text)}")
         return value
+
+    def _high(self) -> Optional[Tuple[float, str]]:
+        """The largest allowed number and how a message says it (``None``: no bound)."""
+        integer = self.kind in ("int", "int-or-none")
+        if self.high is not None and not (integer and self.high > MAX_INT):
+            return self.high, f"{self.high:,}" if integer else f"{self.high:g}"
+        return (MAX_INT, MAX_INT_TEXT) if integer else None
 
     def _read(self, text: str) -> object:
         if self.kind in ("int", "int-or-none"):
@@ -89,15 +106,23 @@ class Param:
             raise ValueError
         return text
 
-    def describe(self) -> str:
-        """What this parameter accepts, in words (``an integer >= 1 or none``)."""
+    def describe(self, limit: bool = False) -> str:
+        """What this parameter accepts, in words (``an integer >= 1 or none``);
+        ``limit`` names the largest integer allowed too (``high`` is always named)."""
         if self.kind == "custom":
             return self.forms
         kind = KINDS[self.kind]
         base, _, none = kind.partition(" or ")
+        high = self._high() if limit or self.high is not None else None
         bounds = []
-        if self.low is not None:
+        if self.low is not None and high is not None:
+            bounds.append(f"from {self.low:g} to {high[1]}")
+        elif self.low is not None:
             bounds.append(f">= {self.low:g}")
+        elif high is not None and self.kind.startswith("int"):
+            bounds.append(f"from -{MAX_INT_TEXT.partition(' ')[0]} to {high[1]}")
+        elif high is not None:
+            bounds.append(f"<= {high[1]}")
         if self.above is not None:
             bounds.append(f"> {self.above:g}")
         text = " ".join([base] + bounds)

@@ -85,7 +85,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from llmqueue.common.units import ceil_div
+from llmqueue.common import validation
+from llmqueue.common.units import MAX_SECONDS, ceil_div
 from llmqueue.policies.view import UNSTARTED, Request, processed
 
 ADMISSIONS = ("lazy", "prompt", "peak")
@@ -93,17 +94,9 @@ PREEMPTIONS = ("recompute", "swap", "none")
 RESTARTS = ("keep", "scratch")
 #: The watermark each admission mode uses when none is given (SPEC 7.2).
 DEFAULT_WATERMARK = {"lazy": 0.0, "prompt": 0.01, "peak": 0.0}
-
-
-def _whole(name: str, value: object, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return value
-
-
-def _one_of(name: str, value: object, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+#: Largest block size, in tokens (2**20): the engine keeps a counter per token
+#: position of a block (vLLM's blocks hold 16 tokens, its largest 256).
+MAX_BLOCK_SIZE = 2**20
 
 
 @dataclass(frozen=True)
@@ -153,28 +146,32 @@ class KV:
     """Tokens ``peak`` admission reserves per request (``None``: its ``vp + vd``)."""
 
     def __post_init__(self) -> None:
-        _whole("block_size", self.block_size, 1)
+        validation.positive_int("block_size", self.block_size, MAX_BLOCK_SIZE)
         if (self.capacity_tokens is None) == (self.num_blocks is None):
             raise ValueError("give exactly one of capacity_tokens or num_blocks (the cache "
                              f"size); got capacity_tokens={self.capacity_tokens!r}, "
                              f"num_blocks={self.num_blocks!r}")
         if self.capacity_tokens is not None:
-            _whole("capacity_tokens", self.capacity_tokens, 1)
+            validation.positive_int("capacity_tokens", self.capacity_tokens)
             if self.capacity_tokens < self.block_size:
                 raise ValueError(f"capacity_tokens (kv on the command line) must hold at "
                                  f"least one block of block_size={self.block_size} tokens "
                                  f"(kv_block); allowed: >= {self.block_size}; got "
                                  f"{self.capacity_tokens}")
         else:
-            _whole("num_blocks", self.num_blocks, 1)
-        _one_of("admission", self.admission, ADMISSIONS)
-        _one_of("preemption", self.preemption, PREEMPTIONS)
-        _one_of("restart", self.restart, RESTARTS)
+            blocks = validation.positive_int("num_blocks", self.num_blocks)
+            if blocks * self.block_size > validation.MAX_INT:
+                raise ValueError(f"num_blocks x block_size (the cache's tokens) must be at most "
+                                 f"{validation.MAX_INT_TEXT}; got {self.num_blocks:,} x "
+                                 f"{self.block_size:,}")
+        validation.choice("admission", self.admission, ADMISSIONS)
+        validation.choice("preemption", self.preemption, PREEMPTIONS)
+        validation.choice("restart", self.restart, RESTARTS)
         if self.watermark is not None:
             w = self.watermark
-            if (not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w)
-                    or not 0 <= w < 1):
-                raise ValueError(f"watermark must be a number in [0, 1) or None; got {w!r}")
+            if not validation.is_number(w) or not 0 <= w < 1:
+                raise ValueError(f"watermark must be a number in [0, 1) or None; got "
+                                 f"{validation.shown(w)}")
 
         # derived sizes, read on every batch choice: computed once
         blocks = (self.num_blocks if self.num_blocks is not None
@@ -188,7 +185,7 @@ class KV:
         self._check_swap()
         object.__setattr__(self, "swap_blocks", (self.swap_tokens or 0) // self.block_size)
         if self.max_tokens is not None:
-            _whole("max_tokens", self.max_tokens, 1)
+            validation.positive_int("max_tokens", self.max_tokens)
             if self.admission != "peak":
                 raise ValueError(f"max_tokens is the reservation of admission='peak'; got "
                                  f"max_tokens={self.max_tokens} with admission="
@@ -202,9 +199,9 @@ class KV:
 
     def _check_swap(self) -> None:
         cost = self.swap_seconds_per_token
-        if (not isinstance(cost, (int, float)) or isinstance(cost, bool)
-                or not math.isfinite(cost) or cost < 0):
-            raise ValueError(f"swap_seconds_per_token must be a number >= 0; got {cost!r}")
+        if not validation.is_number(cost) or cost < 0:
+            raise ValueError(f"swap_seconds_per_token must be a number >= 0; got "
+                             f"{validation.shown(cost)}")
         if self.preemption != "swap":
             if self.swap_tokens is not None or cost:
                 raise ValueError(f"swap_tokens and swap_seconds_per_token need "
@@ -213,11 +210,27 @@ class KV:
         if self.swap_tokens is None:
             raise ValueError("preemption='swap' needs a swap pool: swap_tokens must be an "
                              "integer >= 1 (kv_swap on the command line); got None")
-        _whole("swap_tokens", self.swap_tokens, 1)
+        validation.positive_int("swap_tokens", self.swap_tokens)
         if self.swap_tokens < self.block_size:
             raise ValueError(f"swap_tokens (kv_swap on the command line) must hold at least "
                              f"one block of block_size={self.block_size} tokens (kv_block); "
                              f"allowed: >= {self.block_size}; got {self.swap_tokens}")
+        self._check_swap_cost()
+
+    def _check_swap_cost(self) -> None:
+        """One batch choice moves at most the cache out and back (each victim
+        leaves the cache, each return must fit it), and no more than the pool
+        holds: ``2 min(tokens, pool)`` tokens, which must cost at most
+        ``MAX_SECONDS`` (the longest time a run holds)."""
+        pool = self.swap_tokens // self.block_size * self.block_size  # type: ignore[operator]
+        moved = 2 * min(self.tokens, pool)
+        cost = self.swap_seconds_per_token
+        if cost * moved > MAX_SECONDS:
+            raise ValueError(f"swap_seconds_per_token (kv_swap_cost on the command line) must be "
+                             f"at most {MAX_SECONDS / moved:.4g} s per token: one iteration may "
+                             f"move {moved:,} tokens (the cache out and back, at most the pool "
+                             f"each way), which must take at most {MAX_SECONDS:g} s, the "
+                             f"longest time a run holds; got {cost!r}")
 
     #: ``N``, the blocks in the cache.
     blocks: int = field(init=False, repr=False, compare=False)

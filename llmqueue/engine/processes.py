@@ -87,10 +87,7 @@ class Engine:
         if not callable(getattr(self.latency, "batch_time", None)):
             raise ValueError(f"latency must have a batch_time(decode, prefill, requests) "
                              f"method; got {self.latency!r}")
-        if policy.needs_kv and kv is None:
-            raise ValueError(f"scheduler {policy.name!r} needs a KV cache: kv=KV(...) in "
-                             "Python, kv=TOKENS on the command line (its quotas are memory "
-                             "quotas)")
+        policy.check_kv(kv)
         self.policy = policy.for_engine(self.latency, self.kmax)
         self.recorder = recorder if recorder is not None else Recorder(self.budget)
         self.until = until

@@ -78,6 +78,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
                          "(or give the workload a count)")
     limits.check_requests(getattr(workload, "rate", None), horizon,
                           getattr(workload, "count", None), getattr(workload, "initial", 0))
+    if horizon is not None:  # after the request limit, which names an endless run's horizon
+        validation.gap_seconds("horizon", horizon)
     validation.nonnegative_number("warmup", warmup)
     if warmup and (horizon is None or warmup >= horizon):
         raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")
@@ -91,6 +93,10 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         recorder.memory = MemoryRecorder(kv, batches=batches, timeseries=timeseries)
     if check_invariants is None:
         check_invariants = invariants_asked()
+    elif not isinstance(check_invariants, bool):
+        raise ValueError(f"check_invariants must be True, False or None (the environment "
+                         f"variable LLMQUEUE_CHECK_INVARIANTS decides); got "
+                         f"{validation.shown(check_invariants)}")
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead, max_pending=max_pending, kv=kv,
                     check_invariants=bool(check_invariants))

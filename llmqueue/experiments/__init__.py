@@ -43,9 +43,11 @@ def files_named(values: Iterable[Tuple[str, object]]
                 ) -> Tuple[List[files.Named], List[files.Named]]:
     """``(written, read)``: the files that parameter values ``(name, value)``
     name, split into those the experiment writes (:data:`WRITTEN`, whether they
-    exist or not) and the existing files it may read (:func:`files.named_files`)."""
+    exist or not, as :func:`files.figure_path` names them: ``PATH.png`` for a
+    name without an ending) and the existing files it may read
+    (:func:`files.named_files`)."""
     values = list(values)
-    written = [(k, str(v)) for k, v in values if k in WRITTEN and v]
+    written = [(k, files.figure_path(str(v), k)) for k, v in values if k in WRITTEN and v]
     return written, files.named_files((k, v) for k, v in values if k not in WRITTEN)
 
 

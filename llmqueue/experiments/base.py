@@ -9,22 +9,19 @@ from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, O
                     Tuple, Union)
 
 from llmqueue.common.params import Param
-from llmqueue.engine.kv import ADMISSIONS, KV, RESTARTS
+from llmqueue.common.validation import MAX_INT, MAX_INT_TEXT, shown
+from llmqueue.engine.kv import ADMISSIONS, KV, MAX_BLOCK_SIZE, RESTARTS
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
-from llmqueue.experiments.traffic import SizeValue, mean_sizes, size_law
 from llmqueue.hardware.latency import LATENCIES, latency_model
 from llmqueue.hardware.memory import kv_capacity
 from llmqueue.hardware.specs import gpu as find_gpu
 from llmqueue.hardware.specs import model as find_model
 from llmqueue.models.latency import LatencyModel
-from llmqueue.models.sizes import SizeLaw, mean_chunks
 from llmqueue.models.workload import Workload
 from llmqueue.policies.wait import Wait
-from llmqueue.theory import memory, wait
-from llmqueue.theory.shapes import at_mean_context
-from llmqueue.theory.stability import with_memory
+from llmqueue.theory import wait
 
 Rows = List[Tuple[str, Result]]
 """An experiment's output: ``(label, result)`` per row."""
@@ -99,9 +96,9 @@ def read_kv(name: str, text: str) -> Union[int, str, None]:
         tokens = int(value.replace("_", ""))
     except ValueError:
         tokens = 0
-    if tokens < 1:
-        raise ValueError(f"{name} must be an integer >= 1 (tokens), auto (SPEC 8.4's capacity "
-                         f"for gpu and model) or none; got {text!r}")
+    if not 1 <= tokens <= MAX_INT:
+        raise ValueError(f"{name} must be an integer from 1 to {MAX_INT_TEXT} (tokens), auto "
+                         f"(SPEC 8.4's capacity for gpu and model) or none; got {shown(text)}")
     return tokens
 
 
@@ -110,7 +107,7 @@ MEMORY_PARAMS: Dict[str, Param] = {
     "kv": Param("custom", None, "KV cache size in tokens (auto: SPEC 8.4's capacity of model "
                 "on tp x gpu; none: no memory limit)", reader=read_kv,
                 forms="an integer >= 1, auto or none"),
-    "kv_block": Param("int", 1, "KV block size (tokens)", low=1),
+    "kv_block": Param("int", 1, "KV block size (tokens)", low=1, high=MAX_BLOCK_SIZE),
     "kv_admission": Param("str", "lazy", "when KV blocks are taken", ADMISSIONS),
     "kv_preemption": Param("str", "recompute", "what a KV overflow does (swap: needs kv_swap)",
                            ("recompute", "none", "swap")),
@@ -224,79 +221,6 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
               max_tokens=p.get("kv_max_tokens"))
 
 
-def add_memory_capacity(result: Result, p: Mapping[str, Any], latency: Any,
-                        rate: float) -> None:
-    """Give ``result``, a run of the engine of ``p`` at ``rate`` req/s, the
-    figures of :func:`memory_capacity` and the prediction they imply where
-    memory binds (:func:`~llmqueue.theory.stability.with_memory`: Theorem 2's
-    verdict knows compute only)."""
-    figures = memory_capacity(p, p["vp"], p["vd"], latency)
-    predicted = result.summary.get("predicted")
-    if predicted is not None and figures:
-        figures["predicted"] = with_memory(predicted, rate, figures)
-    result.add_figures(**figures)
-
-
-def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
-                    vd: Union[SizeValue, SizeLaw], latency: Any) -> Dict[str, Any]:
-    """``mu_mem``, ``lambda_joint``, ``binding`` (SPEC 7.6, 9), the cache's
-    ``kv_capacity`` (tokens), ``kv_area`` (E[g]), ``b_star``, ``lambda_kmax``
-    (with kmax) and, for fixed sizes, ``delta``, ``mu_mem_stable``
-    (``mu_mem (1 - delta)``), WAIT's quota ``wait_n`` (the one ``p`` gives, else
-    the largest that fits), its steady KV ``wait_kv`` and ``lambda_wait``, for
-    requests of sizes ``vp`` and ``vd`` (fixed counts or size laws) on the
-    engine of ``p``, when it has a KV cache (else
-    ``{}``): chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else
-    whole prompts; no budget counts as whole prompts and an unbounded compute.
-    ``E[g]`` is :func:`~llmqueue.theory.memory.law_kv_area` and the mean
-    iterations per request ``E[ceil(vp/bmax)] + E[vd]``
-    (:func:`~llmqueue.models.sizes.mean_chunks`).  A context model (the
-    roofline) prices batches at the mean contexts
-    (:func:`~llmqueue.theory.shapes.at_mean_context`), as Theorem 2's figures
-    do, but WAIT's, whose contexts are known (:func:`~llmqueue.theory.wait.lambda_wait`)."""
-    kv = kv_of(p)
-    if kv is None:
-        return {}
-    prefill, decode = size_law("vp", vp), size_law("vd", vd)
-    mean_p, mean_d = mean_sizes({"vp": prefill, "vd": decode})
-    model = at_mean_context(latency, mean_p, mean_d)  # as Theorem 2 reads a context model
-    bmax = p["bmax"]
-    chunk = bmax if p["chunked"] and bmax is not None and mean_p > 0 else None
-    g = memory.law_kv_area(prefill, decode, chunk)
-    iterations = (mean_chunks(prefill, chunk) if chunk else 1) + mean_d
-    b_mem = memory.b_star(kv.tokens, mean_p + mean_d, g)
-    figures: Dict[str, Any] = {"kv_capacity": kv.tokens, "kv_area": g, "b_star": b_mem}
-    never = False  # fixed sizes that can never fit the cache (SPEC 7.1)
-    if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
-        never = not kv.fits_ever(vp, vd)
-        share = memory.delta(vp + vd, kv.tokens)
-        quota = p.get("wait_n")  # the quota asked for, else the largest that fits
-        n = [quota] if quota is not None else wait.wait_thresholds(
-            [(vp, vd, 1)], kv.tokens, headroom=kv.reserve * kv.block_size,
-            block_size=kv.block_size)
-        whole = (memory.kv_area(vp, vd) if kv.block_size == 1
-                 else memory.kv_area_blocks(vp, vd, kv.block_size))
-        fits = n[0] * whole <= kv.tokens  # else WAIT preempts: no quota fits
-        figures.update(delta=share, wait_n=n[0], wait_kv=n[0] * whole,
-                       lambda_wait=wait.lambda_wait([(vp, vd, 1)], n, latency) if fits else None)
-    if bmax is None:
-        figures.update(mu_mem=memory.mu_mem(kv.tokens, g, memory.envelope_time(model, b_mem)),
-                       binding="memory")
-    else:
-        joint = memory.lambda_joint(kv.tokens, mean_p, mean_d, g, bmax, model,
-                                    kmax=p["kmax"], mean_iterations=iterations)
-        figures.update(mu_mem=joint.memory, lambda_joint=joint.rate, binding=joint.binding,
-                       lambda_kmax=joint.slots)
-    if "delta" in figures:
-        figures["mu_mem_stable"] = figures["mu_mem"] * (1 - figures["delta"])
-    if never:  # every request is ignored: none is served
-        figures.update(mu_mem=0.0, mu_mem_stable=0.0, binding="memory", lambda_wait=None,
-                       fits=False)
-        if "lambda_joint" in figures:
-            figures["lambda_joint"] = 0.0
-    return figures
-
-
 def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],
                    workload: Workload, options: RunOptions,
                    horizon: Optional[float] = None) -> Rows:
@@ -347,11 +271,12 @@ class Experiment:
             values[name] = self.params[name].parse(name, text)
         return values
 
-    def check_options(self, options: RunOptions) -> None:
+    def check_options(self, options: RunOptions,
+                      flags: Optional[Mapping[str, str]] = None) -> None:
         """Raise ``ValueError`` naming any option asked for that this
-        experiment cannot honour (never ignore one silently)."""
+        experiment cannot honour (never ignore one silently), as ``flags`` names it."""
         honoured = self.options if self.seeded else self.options - {"seed"}
-        refused = sorted(options.asked() - honoured)
+        refused = sorted((flags or {}).get(name, name) for name in options.asked() - honoured)
         if refused:
             allowed = ", ".join(sorted(honoured)) or "none"
             why = " (it runs a network of engines, not a single-engine run)" \

@@ -21,7 +21,7 @@ from typing import Any, Dict, Generator, List, Tuple
 import simpy
 
 from llmqueue.common.percentiles import named_percentiles
-from llmqueue.common.units import to_seconds
+from llmqueue.common.units import MAX_SECONDS, to_seconds
 from llmqueue.engine.options import NETWORK_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
@@ -147,8 +147,6 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     if params["vp"] < 1 or params["vd"] < 2:
         raise ValueError(f"vp must be >= 1 and vd >= 2 (a decode hop needs a token left); "
                          f"got vp={params['vp']!r}, vd={params['vd']!r}")
-    if params["transfer"] < 0:
-        raise ValueError(f"transfer must be a number >= 0, got {params['transfer']!r}")
     rows: Rows = []
     for mode in ("colocated", "disaggregated"):
         rows.extend(simulate_mode(params, mode, options.horizon or HORIZON, options.seed or 0,
@@ -162,7 +160,8 @@ EXPERIMENT = register(Experiment(
     params={**engine_params(bmax=BMAX, kmax=None),
             "gpus": Param("int", GPUS, "engines in all, in both modes"),
             "prefill_gpus": Param("int", PREFILL_GPUS, "of them, prefill engines (disaggregated)"),
-            "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)"),
+            "transfer": Param("float", TRANSFER, "KV-cache transfer delay (s)", low=0.0,
+                              high=MAX_SECONDS),
             "load": Param("float", LOAD, "arrival rate as a fraction of the colocated lambda*"),
             "vp": Param("int", PREFILL, "mean prefill tokens (geometric)"),
             "vd": Param("int", DECODE, "mean decode tokens (geometric)")},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from llmqueue.common import validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.results import Result, Summary
 from llmqueue.engine.simulate import simulate
@@ -32,6 +33,7 @@ LAMBDA_D = (100, 500, 900, 1300, 1700, 2100)
 
 def sizes(lambda_p: float, lambda_d: float, gap: float) -> Tuple[int, int]:
     """Request sizes that give these token rates at one arrival per ``gap``."""
+    validation.gap_seconds("gap", gap)
     if lambda_p < 0 or lambda_d <= 0:
         raise ValueError(f"lambda_p must be >= 0 and lambda_d > 0 tokens/s; got "
                          f"{lambda_p} and {lambda_d}")
@@ -61,6 +63,7 @@ POINT = register(Experiment(
 def run_region(params: Dict[str, Any], options: RunOptions) -> Rows:
     """Every grid point for every panel, on the sweep machinery; draws the figure."""
     from llmqueue.sweeps.runner import sweep
+    validation.gap_seconds("gap", params["gap"])  # before any run
     rows: Rows = []
     for scheduler, bmax in PANELS:
         runs = sweep(POINT, {"lambda_p": list(LAMBDA_P), "lambda_d": list(LAMBDA_D)},

@@ -45,6 +45,9 @@ def arrival_rate(params: Dict[str, Any]) -> float:
 
 def workload(params: Dict[str, Any], seed: int) -> Workload:
     """Poisson arrivals at :func:`arrival_rate`, sizes fixed or geometric."""
+    geometric = params["sizes"] == "geometric"  # sizes 1, 2, ...: a mean of at least 1
+    validation.token_count("vp", params["vp"], minimum=1 if geometric else 0)
+    validation.token_count("vd", params["vd"], minimum=1)
     rate = arrival_rate(params)
     if params["sizes"] == "fixed":
         return poisson(rate, params["vp"], params["vd"], seed=seed)

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Tuple
 from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.base import (Experiment, Param, Rows, engine_kwargs, engine_params,
-                                       add_memory_capacity, register)
+                                       register)
+from llmqueue.experiments.capacity import add_memory_capacity
 from llmqueue.experiments.traffic import size_param, workload_of
 
 GAP = 0.4675          # seconds between arrivals

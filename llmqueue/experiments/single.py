@@ -9,7 +9,8 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
-                                       add_memory_capacity, register)
+                                       register)
+from llmqueue.experiments.capacity import add_memory_capacity
 from llmqueue.experiments.traffic import WORKLOAD_PARAMS, size_param, workload_of
 
 

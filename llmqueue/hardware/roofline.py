@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.common.units import MAX_SECONDS
 from llmqueue.hardware.efficiency import Efficiency
 from llmqueue.hardware.efficiency import efficiency as find_efficiency
 from llmqueue.hardware.memory import kv_capacity
@@ -35,6 +36,7 @@ from llmqueue.hardware.specs import gpu as find_gpu
 from llmqueue.hardware.specs import model as find_model
 from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import Staircase
+from llmqueue.theory.capacity import SEARCH_LIMIT
 from llmqueue.theory.fit import fit_staircase
 
 #: Runs of at least this many iterations are priced with numpy (:meth:`Roofline.batch_times`).
@@ -138,6 +140,26 @@ class Roofline:
         self._tp_token = (2 * m.layers * 2 * (tp - 1) / tp * m.hidden * m.act_bytes
                           / (g.link * e.eta_link)) if tp > 1 else 0.0
         self._layer = m.layers * e.tau_layer
+        self._check_times()
+
+    def _check_times(self) -> None:
+        """Refuse hardware too slow for ``model``: the GPU figure whose share of
+        one token's iteration (a tile of the GEMMs, the weights read, one
+        all-reduce) exceeds the longest time a run holds (``inf`` included)."""
+        tile, g, e = self.efficiency.tile, self.gpu, self.efficiency
+        shares = {"flops": (self._gemm * tile + self._head + self._ap_flops + self._ad_flops,
+                            "mfu, mfu_attn"),
+                  "hbm": (self._weights + self._el + self._ap_bytes + self._ad_bytes,
+                          "mbu, mbu_attn, eta_el"),
+                  "link": (self._tp_token * tile, "eta_link")}
+        for figure, (seconds, efficiencies) in shares.items():
+            if not seconds <= MAX_SECONDS:
+                raise ValueError(
+                    f"GPU {g.name} {figure}={getattr(g, figure):g} is too slow for "
+                    f"{self.model.name} on tp={self.tp} at efficiency {e.name or e}: one token's "
+                    f"iteration would take {seconds:.3g} s on it; allowed: at most "
+                    f"{MAX_SECONDS:g} s, the longest time a run holds (a larger {figure}, or "
+                    f"larger {efficiencies})")
 
     def __repr__(self) -> str:
         eff = self.efficiency.name or self.efficiency
@@ -272,9 +294,9 @@ class Roofline:
         batches of b = 1..bmax tokens (one request, context 0): for each ``b0`` of the
         grid, :func:`llmqueue.theory.fit.fit_staircase` over every b once; the ``b0``
         of least RMSE wins (a ``b0 >= bmax``, one step only, is skipped)."""
-        validation.positive_int("bmax", bmax)
-        if bmax < 2:
-            raise ValueError(f"bmax must be an integer >= 2 to fit a staircase, got {bmax}")
+        if not 2 <= validation.positive_int("bmax", bmax) <= SEARCH_LIMIT:
+            raise ValueError(f"bmax must be an integer from 2 to {SEARCH_LIMIT:,} to fit a "
+                             f"staircase (every size is priced once), got {bmax:,}")
         grid = [validation.positive_int("b0_grid item", b0) for b0 in b0_grid]
         tokens = list(range(1, bmax + 1))
         seconds = [self.batch_time(0, b, 1, BatchContext(0, 1, 0, b * b, 0)) for b in tokens]

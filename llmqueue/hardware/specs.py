@@ -28,6 +28,14 @@ from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 from llmqueue.common import files, validation
 
 
+#: The range of a GPU's figures (FLOP/s, bytes/s, bytes): physical numbers,
+#: from 1 to 10^30 (an H100 does about 10^15 FLOP/s; a roofline of a GPU
+#: beyond the range would price iterations at 0 or beyond any run's clock).
+GPU_RANGE = (1.0, 1e30)
+#: Most bytes one weight, activation or KV element may take (fp64 takes 8).
+MAX_ELEMENT_BYTES = 64
+
+
 @dataclass(frozen=True)
 class GPU:
     """One accelerator: dense BF16 ``flops`` (FLOP/s), ``hbm`` bandwidth
@@ -43,7 +51,8 @@ class GPU:
     def __post_init__(self) -> None:
         _name("name", self.name)
         for field in ("flops", "hbm", "memory", "link"):
-            validation.positive_number(f"GPU {self.name} {field}", getattr(self, field))
+            validation.number_within(f"GPU {self.name} {field}", getattr(self, field),
+                                     *GPU_RANGE)
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,10 @@ class ModelShape:
                 raise ValueError(f"{where} {field} must be True or False, "
                                  f"got {getattr(self, field)!r}")
         for field in ("weight_bytes", "act_bytes", "kv_bytes"):
-            validation.positive_number(f"{where} {field}", getattr(self, field))
+            if validation.positive_number(f"{where} {field}", getattr(self, field)) > \
+                    MAX_ELEMENT_BYTES:
+                raise ValueError(f"{where} {field} must be a number > 0 and at most "
+                                 f"{MAX_ELEMENT_BYTES} (bytes), got {getattr(self, field)!r}")
 
     @property
     def ffn_matrices(self) -> int:
@@ -139,8 +151,12 @@ class ModelShape:
         where = "config"
         if isinstance(config, Mapping):
             data: Mapping[str, Any] = config
+        elif not isinstance(config, (str, os.PathLike)):
+            raise ValueError(f"config must be a mapping (a config.json read), or the name of a "
+                             f"config.json or of its folder (a str or os.PathLike); got "
+                             f"{type(config).__name__} {validation.shown(config)}")
         else:
-            path = os.fspath(config)
+            path = files.file_name("config", config)
             if os.path.isdir(path):
                 path = os.path.join(path, "config.json")
             where = path
@@ -149,6 +165,9 @@ class ModelShape:
                     data = json.load(handle)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON: {exc}") from None
+            except RecursionError:
+                raise ValueError(f"{path}: not a model config: its JSON is nested too deeply "
+                                 "to read") from None
             if not isinstance(data, Mapping):
                 raise ValueError(f"{path}: a model config must be a JSON object, "
                                  f"got {type(data).__name__}")
@@ -166,9 +185,10 @@ def _from_config(data: Mapping[str, Any], where: str, name: Optional[str]) -> Mo
         return value
 
     def whole(key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where}: {key} must be an integer >= 1, got {value!r}")
-        return value
+        try:
+            return validation.positive_int(key, value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
     layers = whole("num_hidden_layers", get("num_hidden_layers"))
     hidden = whole("hidden_size", get("hidden_size"))

@@ -178,8 +178,7 @@ class Interpolated:
     """
 
     def __init__(self, tokens: Sequence[float], seconds: Sequence[float]) -> None:
-        x = np.asarray(tokens, dtype=float)
-        y = np.asarray(seconds, dtype=float)
+        x, y = _numbers("tokens", tokens), _numbers("seconds", seconds)
         if x.ndim != 1 or x.shape != y.shape or x.size < 2:
             raise ValueError(f"tokens and seconds must be two lists of the same length >= 2; "
                              f"got {x.size} and {y.size} values")
@@ -206,3 +205,14 @@ class Interpolated:
         if tokens > self.tokens[-1]:
             return float(self.seconds[-1] + self._slope * (tokens - self.tokens[-1]))
         return float(np.interp(tokens, self.tokens, self.seconds))
+
+
+def _numbers(name: str, values: Sequence[float]) -> np.ndarray:
+    """``values`` (a list, tuple or 1-D array) as floats, if each is a number:
+    a finite int or float, or numpy's, never a bool or a text; else a ValueError."""
+    items = list(values) if isinstance(values, (list, tuple, np.ndarray)) else None
+    numpy_number = (np.integer, np.floating)
+    if items is None or not all(validation.is_number(v) or isinstance(v, numpy_number)
+                                for v in items):
+        raise ValueError(f"{name} must be a list of numbers, got {validation.shown(values)}")
+    return np.asarray(items, dtype=float)

@@ -21,7 +21,8 @@ form (used by capacity figures and by the tests).  The laws:
 
 ``draw(rng)`` is one draw as a plain ``int`` (for job code that draws a size
 at a time); ``variance`` is the law's variance and ``survival(x)`` = P(draw > x),
-which give :func:`mean_chunks` and the expected memory area of SPEC 7.6.
+which give :func:`llmqueue.models.chunks.mean_chunks` and the expected memory area
+of SPEC 7.6.
 :func:`parse_size` reads SPEC 9's text forms (``N``, ``uniform:LO:HI``, ...).
 A decode law that draws 0 gives 1 in a workload (a request has ``vd >= 1``):
 :func:`decode_sizes` applies that rule, for :func:`llmqueue.workload.compose`
@@ -221,9 +222,14 @@ class Mixture(SizeLaw):
     proportional to its weight."""
 
     def __init__(self, parts: Sequence[Tuple[float, SizeLaw]]) -> None:
-        if not parts:
-            raise ValueError("parts must list at least one (weight, law) pair, got []")
-        for i, (weight, law) in enumerate(parts):
+        if not isinstance(parts, (list, tuple)) or not parts:
+            raise ValueError(f"parts must list at least one (weight, law) pair, got "
+                             f"{validation.shown(parts)}")
+        for i, part in enumerate(parts):
+            if not isinstance(part, (list, tuple)) or len(part) != 2:
+                raise ValueError(f"parts[{i}] must be a (weight, law) pair, got "
+                                 f"{validation.shown(part)}")
+            weight, law = part
             validation.positive_number(f"parts[{i}] weight", weight)
             if not isinstance(law, SizeLaw):
                 raise ValueError(f"parts[{i}] law must be a size law, got {law!r}")
@@ -265,12 +271,22 @@ class Empirical(SizeLaw):
     def __init__(self, values: Union[Sequence[int], np.ndarray]) -> None:
         data = np.asarray(values)
         if data.ndim != 1 or data.size == 0:
-            raise ValueError(f"values must be a non-empty list of token counts, got {values!r}")
-        if not np.issubdtype(data.dtype, np.integer) or data.min() < 0:
-            raise ValueError(f"values must be whole token counts >= 0, got {data.dtype} "
-                             f"values from {data.min()!r} to {data.max()!r}")
+            raise ValueError(f"values must be a non-empty list of token counts, got "
+                             f"{validation.shown(values)}")
+        if not np.issubdtype(data.dtype, np.integer):
+            raise ValueError(f"values must be whole token counts (integers), got {data.dtype} "
+                             f"values such as {validation.shown(data[:1].tolist()[0])}")
+        if data.min() < 0 or data.max() > validation.MAX_TOKENS:
+            raise ValueError(f"values must be whole token counts >= 0 and at most "
+                             f"{validation.MAX_TOKENS}, got values from {int(data.min())} to "
+                             f"{int(data.max())}")
         self._values = data.astype(np.int64)
         self.mean = float(self._values.mean())
+
+    @property
+    def values(self) -> np.ndarray:
+        """The observed counts (int64), not to be changed."""
+        return self._values
 
     @property
     def variance(self) -> float:
@@ -329,28 +345,6 @@ def decode_variance(law: SizeLaw) -> float:
     return law.variance + law.mean ** 2 + zero - mean * mean
 
 
-#: Tail below which :func:`mean_chunks` stops summing an unbounded law.
-TAIL = 1e-12
-
-
-def mean_chunks(law: SizeLaw, chunk: int) -> float:
-    """``E[ceil(X / chunk)]``: the mean number of prefill chunks of ``chunk``
-    tokens a prompt of this law takes.  ``ceil(X / c) = sum over k >= 0 of
-    1[X > k c]``, so the mean is ``sum over k >= 0 of P(X > k c)``: exact for
-    bounded laws (Fixed, UniformInt, Empirical), summed until a term falls
-    below :data:`TAIL` for the others."""
-    validation.positive_int("chunk", chunk)
-    if isinstance(law, Fixed):
-        return float(-(-law.value // chunk))
-    total, k = 0.0, 0
-    while True:
-        term = law.survival(k * chunk)
-        total += term
-        if term == 0.0 or (term < TAIL and k * chunk > law.mean):
-            return total
-        k += 1
-
-
 #: SPEC 9's text forms of a size law, for messages and help.
 SIZE_FORMS = "N, uniform:LO:HI, geometric:MEAN, lognormal:MEAN:CV or empirical:FILE"
 
@@ -363,11 +357,11 @@ def parse_size(name: str, text: object) -> SizeLaw:
     text = str(text).strip()
     kind, _, rest = text.partition(":")
     parts = rest.split(":") if rest else []
-    if not rest and kind.replace("_", "").isdigit():
-        return Fixed(validation.token_count(name, int(kind)))
+    if not rest and kind.replace("_", "").isdigit():  # (isdigit: "²" too, refused here)
+        return Fixed(validation.token_text(name, kind, f", or one of {SIZE_FORMS}"))
     try:
         if kind == "uniform" and len(parts) == 2:
-            if not all(part.strip().isdigit() for part in parts):
+            if not all(part.strip().isascii() and part.strip().isdigit() for part in parts):
                 raise ValueError(f"LO and HI must be whole numbers of tokens, got {rest}")
             low, high = int(parts[0]), int(parts[1])
             if high < low:
@@ -381,6 +375,6 @@ def parse_size(name: str, text: object) -> SizeLaw:
             with files.open_text_input(rest, name) as handle:
                 return Empirical([int(line) for line in handle if line.strip()])
     except (ValueError, OSError) as exc:
-        raise ValueError(f"{name} {text!r}: {' '.join(str(exc).split())} (allowed: "
-                         f"{SIZE_FORMS})") from None
-    raise ValueError(f"{name} must be {SIZE_FORMS}; got {text!r}")
+        raise ValueError(f"{name} {validation.shown(text)}: {' '.join(str(exc).split())} "
+                         f"(allowed: {SIZE_FORMS})") from None
+    raise ValueError(f"{name} must be {SIZE_FORMS}; got {validation.shown(text)}")

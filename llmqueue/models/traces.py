@@ -15,6 +15,12 @@ A malformed row is a ``ValueError`` naming the file and line.  The model needs
 decode token (``zero_decode="one"``: the request still had its prompt processed
 and, in the model, yields its first token); ``"drop"`` leaves such rows out and
 ``"error"`` refuses them.  The two Azure 2023 files hold no such row.
+
+A file of more request rows than one run may bring
+(:func:`~llmqueue.common.limits.check_requests`, ``LLMQUEUE_MAX_REQUESTS``)
+is refused with the limit's message before its rows are parsed: a file of
+more lines than the limit is counted first (a pass of the csv module alone,
+a few seconds for 10^7 rows), not read into memory.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Hashable, List, Optional, Tuple
 
 import numpy as np
 
-from llmqueue.common import files, validation
+from llmqueue.common import files, limits, validation
 from llmqueue.models.arrivals import TraceTimes
 from llmqueue.models.sizes import Empirical
 from llmqueue.models.workload import Workload, from_list
@@ -92,6 +98,7 @@ class Trace:
 def read_trace(path: str, zero_decode: str = "one") -> Trace:
     """Read a generic or Azure 2023 trace file (see the module docstring)."""
     validation.choice("zero_decode", zero_decode, ZERO_DECODE)
+    _check_rows(path)
     with files.open_text_input(path) as handle:
         reader = files.csv_rows(handle, handle.name)
         header = [h.strip() for h in next(reader, (1, []))[1]]
@@ -131,6 +138,29 @@ def read_trace(path: str, zero_decode: str = "one") -> Trace:
     return Trace(path, kind, np.array([r[0] for r in rows], dtype=float),
                  np.array([r[1] for r in rows], dtype=np.int64),
                  np.array([r[2] for r in rows], dtype=np.int64), classes, zeros)
+
+
+def _check_rows(path: str) -> None:
+    """Refuse a trace of more request rows (rows after the header that are not
+    blank) than one run may bring, with :func:`limits.check_requests`'s
+    message, before any row is parsed.  Its line breaks are counted first: a
+    file of no more lines than the limit is not counted again.  A file that
+    cannot be read is left to the read, which names the file and line."""
+    cap = limits.limit("max_requests", limits.MAX_REQUESTS)
+    rows = -1  # the header is no request
+    try:
+        with files.open_text_input(path) as handle:
+            if sum(part.count("\n") for part in iter(lambda: handle.read(1 << 20), "")) <= cap:
+                return  # rows after the header <= line breaks
+        with files.open_text_input(path) as handle:
+            for _, row in files.csv_rows(handle, handle.name):
+                rows += 1 if rows < 0 or "".join(row).strip() else 0
+                if rows > cap:
+                    break
+    except ValueError:
+        return
+    if rows > cap:
+        limits.check_requests(None, None, rows)
 
 
 def _count(name: str, text: str) -> int:

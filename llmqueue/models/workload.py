@@ -88,7 +88,7 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
         raise ValueError(f"arrivals must be an arrival law (Renewal, Poisson, Gamma, "
                          f"TraceTimes), got {arrivals!r}")
     prefill_law, decode_law = as_law("prefill", prefill), as_law("decode", decode)
-    validation.nonnegative_int("seed", seed)
+    validation.seed("seed", seed)
     if count is not None:
         validation.positive_int("count", count)
     validation.nonnegative_int("initial", initial)

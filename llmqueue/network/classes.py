@@ -44,7 +44,7 @@ def class_stream(classes: Sequence[RequestClass], seed: int = 0,
     the rates), each class's sizes from its own laws."""
     if not classes:
         raise ValueError("classes must name at least one RequestClass, got none")
-    validation.nonnegative_int("seed", seed)
+    validation.seed("seed", seed)
     rates = np.array([c.rate for c in classes], dtype=float)
     total = float(rates.sum())
     share = rates / total

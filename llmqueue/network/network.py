@@ -79,7 +79,7 @@ class Network:
 
     def __init__(self, seed: int = 0, batches: bool = False) -> None:
         self.env = simpy.Environment()
-        self.seed = validation.nonnegative_int("seed", seed)
+        self.seed = validation.seed("seed", seed)
         self.batches = batches
         self.engines: Dict[str, Engine] = {}
         self.pools: Dict[str, Pool] = {}
@@ -234,7 +234,7 @@ class Network:
             raise ValueError("a network needs at least one engine to run (add_engine or "
                              "add_replicas); got none")
         if horizon is not None:
-            validation.positive_number("horizon", horizon)
+            validation.gap_seconds("horizon", horizon)
             self.until = to_ticks(horizon)
         elif any(count is None for _, count, _ in self._sources):  # an endless source
             raise ValueError("horizon must be given for an endless arrival stream "

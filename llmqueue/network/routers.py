@@ -36,7 +36,7 @@ class Router:
     name: str = "router"
 
     def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(validation.nonnegative_int("seed", seed))
+        self.rng = np.random.default_rng(validation.seed("seed", seed))
 
     def choose(self, engines: Sequence[Replica]) -> int:
         """Index of the replica that takes the request."""

@@ -109,7 +109,7 @@ class JobContext:
 
     def delay(self, seconds: float) -> simpy.Event:
         """An event ``seconds`` from now (a tool call, a network transfer)."""
-        validation.nonnegative_number("delay", seconds)
+        validation.time_point("delay", seconds)
         return self.env.timeout(to_ticks(seconds))
 
 
@@ -127,7 +127,7 @@ def start_jobs(net: Network, workflow: Workflow, rate: Optional[float] = None, *
     """
     if (rate is None) == (times is None):
         raise ValueError("give exactly one of rate (jobs per second) and times")
-    validation.nonnegative_int("seed", seed)
+    validation.seed("seed", seed)
     if count is not None:
         validation.positive_int("count", count)
     rng = np.random.default_rng(seed)

@@ -196,7 +196,7 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
                          f"{exc}") from None
     if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
         raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
-    validation.nonnegative_int("seed", seed)
+    validation.seed("seed", seed)
     if not isinstance(early_stop, bool):
         raise ValueError(f"early_stop must be True or False, got {early_stop!r}")
     validation.choice("router", router, ROUTERS)
@@ -237,16 +237,29 @@ def describe(engine: EngineSpec, workload: Traffic, slo: SLOLike, router: Option
 
 def at_rate(p: Probe) -> Dict[str, Any]:
     """TTFT/TPOT/TBT quantiles (``[mean, 95 % CI half-width]`` across replications),
-    busy fraction and mean batch of a probe's replications."""
+    ``p50``, ``p90``, ``p99`` and ``target`` (the quantile at the attainment
+    target, which quantile mode judges), busy fraction and mean batch of a
+    probe's replications."""
     out: Dict[str, Any] = {"rate": p.rate, "attainment": p.mean, "hw": p.hw}
-    for metric in LATENCIES:
+    for j, metric in enumerate(LATENCIES):
         for i, q in enumerate(QUANTILES):
             mean, half, _ = mean_ci(getattr(r, metric)[i] for r in p.runs)
             out[f"{metric}_{q}"] = [mean, half]
+        mean, half, _ = mean_ci(r.at_target[j] for r in p.runs)
+        out[f"{metric}_target"] = [mean, half]
     for name in ("busy_fraction", "mean_batch"):
         mean, half, _ = mean_ci(getattr(r, name) for r in p.runs)
         out[name] = [mean, half]
     return out
+
+
+def shown_quantile(mode: str, target: float) -> Tuple[str, str]:
+    """Which latency quantile a plan's table and figure show, as ``(key of
+    :func:`at_rate`, label)``: p90 in joint mode (SPEC 8.9), the target's own
+    quantile in quantile mode, which judges it (``target=0.99``: p99)."""
+    if mode == "quantile":
+        return "target", f"p{100 * target:.4g}"
+    return "p90", "p90"
 
 
 def crossing(probes: List[Probe], target: float) -> Optional[float]:
@@ -273,7 +286,7 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
     else:
         hi = 1.1 * limit
         while count < max_probes:
-            p = probe(s.base, hi, engines, s.rules, s.executor, bar)
+            p = probe(s.base, hi, engines, s.rules, s.executor, bar, above_bound=True)
             count += 1
             yield p
             if p.decision != PASS:
@@ -283,7 +296,8 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
         if lo == 0.0 and hi < FLOOR * limit:
             return  # nothing passed down to here: a lower rate only takes longer to probe
         rate = (lo + hi) / 2
-        p = probe(s.base, rate, engines, s.rules, s.executor, bar)
+        p = probe(s.base, rate, engines, s.rules, s.executor, bar,
+                  above_bound=not s.bounds.exact and rate > limit)
         count += 1
         yield p
         if p.decision == PASS:

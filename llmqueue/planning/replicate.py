@@ -80,20 +80,23 @@ class Run:
     backlog_slope: Optional[float]
     simulated_requests: int
     simulated_time: float
-    ttft: Tuple[float, float, float]
-    tpot: Tuple[float, float, float]
+    ttft: Tuple[float, ...]
+    tpot: Tuple[float, ...]
     busy_fraction: float
     mean_batch: float
     seconds: float
-    tbt: Tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    tbt: Tuple[float, ...] = (math.nan, math.nan, math.nan)
     """p50, p90, p99 of the measured finished requests' largest inter-token gaps (s)."""
+    at_target: Tuple[float, ...] = (math.nan, math.nan, math.nan)
+    """TTFT, TPOT and largest gap at the quantile ``target`` (s): what quantile
+    mode judges (a 0.99 target reads p99)."""
 
 
-def _quantiles(values: List[float]) -> Tuple[float, float, float]:
+def _quantiles(values: List[float], at: Tuple[float, ...] = (0.5, 0.9, 0.99)
+               ) -> Tuple[float, ...]:
     if not values:
-        return (math.nan, math.nan, math.nan)
-    q = np.quantile(np.array(values), [0.5, 0.9, 0.99])
-    return (float(q[0]), float(q[1]), float(q[2]))
+        return tuple(math.nan for _ in at)
+    return tuple(float(x) for x in np.quantile(np.array(values), at))
 
 
 def _build(task: Task, router_seed: int
@@ -229,4 +232,5 @@ def run_replication(task: Task) -> Run:
                arrived[0], end / 1e9, _quantiles(ttft), _quantiles(tpot),
                busy / (len(engines) * end) if end else 0.0,
                tokens / batches if batches else 0.0, time.perf_counter() - wall,
-               _quantiles(gaps))
+               _quantiles(gaps), tuple(_quantiles(values, (task.target,))[0]
+                                       for values in (ttft, tpot, gaps)))

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from llmqueue.planning.engines import EnginesResult
-from llmqueue.planning.plan import PlanResult, at_rate
+from llmqueue.planning.plan import PlanResult, at_rate, shown_quantile
 from llmqueue.planning.probe import PASS
 from llmqueue.plotting.style import (DATA_ZORDER, REFERENCE_COLOUR, decorate, label, panels_for,
                                      reference_hline, reference_vline, suptitle)
@@ -74,12 +74,13 @@ def plot_capacity(results: Union[PlanResult, EnginesResult,
         if short:  # open markers: FAIL or boundary
             left.plot(*zip(*short), "o", color=colour, markerfacecolor="white",
                       zorder=DATA_ZORDER + 1)
+        key, shown = shown_quantile(getattr(r, "mode", "joint"), r.target)
         for metric, style in (("ttft", "o-"), ("tpot", "s--")):
-            ys = [at_rate(p)[f"{metric}_p90"][0] for p in probes]
+            ys = [at_rate(p)[f"{metric}_{key}"][0] for p in probes]
             keep = [(x, y) for x, y in zip(xs, ys) if y is not None and y > 0]
             if keep:
                 right.plot(*zip(*keep), style, color=colour,
-                           label=f"{_name(r)}: {metric.upper()} p90")
+                           label=f"{_name(r)}: {metric.upper()} {shown}")
         slo_lines.update(r.config.get("slo", {}))
     target = items[0].target if items else 0.9
     reference_hline(left, target, f"target {target:g}")
@@ -94,6 +95,8 @@ def plot_capacity(results: Union[PlanResult, EnginesResult,
     xlabel = label("engines", "K") if by_k else label("arrival rate", "req/s")
     decorate(left, "SLO attainment", None if stacked else xlabel,
              label("attainment", "share of requests"))
-    decorate(right, "Latency p90", xlabel, label("latency", "s"))
+    quantiles = sorted({shown_quantile(getattr(r, "mode", "joint"), r.target)[1]
+                        for r in items}) or ["p90"]
+    decorate(right, f"Latency {', '.join(quantiles)}", xlabel, label("latency", "s"))
     suptitle(fig, title)
     return fig

@@ -162,7 +162,12 @@ def save(figure: Union[Figure, Animation], path: str, dpi: Optional[int] = None)
     animation as a GIF at its own frame rate.  The one way llmqueue writes a
     figure: the figure functions only draw.  The bytes depend only on the
     drawing (and the renderer): no version, date or random id is written
-    (:data:`STAMPS`, :data:`SVG_SALT`), so a figure drawn again is the same file."""
+    (:data:`STAMPS`, :data:`SVG_SALT`), so a figure drawn again is the same file.
+    The file is :func:`~llmqueue.common.files.figure_path`'s (``PATH.png`` for a
+    name without an ending, ``PATH.gif`` for an animation; another ending than
+    those it lists is a ValueError), and that path is returned."""
+    endings = files.ANIMATION_ENDINGS if isinstance(figure, Animation) else files.FIGURE_ENDINGS
+    path = files.figure_path(path, "figure", endings)
     folder = os.path.dirname(path)
     with files.writing(path, "figure"):  # no space left, no such folder: one line
         if folder:

@@ -102,6 +102,14 @@ class Policy:
         (most policies ignore both)."""
         return self
 
+    def check_kv(self, kv: object) -> None:
+        """Refuse an engine without a KV cache (``kv`` is ``None``) if this policy
+        needs one (:attr:`needs_kv`): what an engine and ``llmqueue capacity`` check."""
+        if self.needs_kv and kv is None:
+            raise ValueError(f"scheduler {self.name!r} needs a KV cache: kv=KV(...) in "
+                             "Python, kv=TOKENS on the command line (its quotas are memory "
+                             "quotas)")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(chunked={self.chunked})"
 
@@ -275,9 +283,15 @@ class FunctionPolicy(Policy):
         naming the policy (the original stays chained for a traceback)."""
         try:
             return self.function(view, budget)
-        except Exception as exc:
-            raise ValueError(f"scheduler {self.name!r} raised {type(exc).__name__}: "
-                             f"{exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise ValueError(f"scheduler {self.name!r} raised {_raised(exc)}") from exc
+
+
+def _raised(exc: BaseException) -> str:
+    """What a user's code raised, on one line: ``KeyError: 'x'``, or for a call
+    of ``sys.exit``, ``SystemExit: it called sys.exit(0)``."""
+    text = f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else str(exc)
+    return f"{type(exc).__name__}: {' '.join(text.split())}"
 
 
 class ClassPriority(Policy):
@@ -363,9 +377,9 @@ def _import(path: str) -> object:
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the user's module: a syntax error, or its import raised
-        raise ValueError(f"scheduler {path!r} cannot be imported: {type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())}") from None
+    except (Exception, SystemExit) as exc:  # the user's module: a syntax error, its import
+        raise ValueError(f"scheduler {path!r} cannot be imported: "  # raised or exited
+                         f"{_raised(exc)}") from None
     if not hasattr(module, attr):
         raise ValueError(f"scheduler {path!r} cannot be imported: module {module_name!r} has "
                          f"no attribute {attr!r}")

@@ -20,9 +20,12 @@ has the others run again:
 Before the sweep goes on, the file is rewritten without what was dropped (a
 new file moved into place: an interruption leaves the old file or the new one,
 never a mix).  A file of another sweep (other grid or run columns, another
-scenario) is an error and is left alone.  A run with figures the file lacks
-(a KV cache's, in a sweep over ``kv=none`` too) adds their columns, empty in
-the rows written before it (the file is rewritten the same way).
+scenario), or of one line without a line break that is not the start of
+this sweep's header, is an error and is left alone.  A byte order mark at the
+start of the file (an editor's) is no part of the first column's name.  A run
+with figures the file lacks (a KV cache's, in a sweep over ``kv=none`` too)
+adds their columns, empty in the rows written before it (the file is
+rewritten the same way).
 
 :func:`read_rows` (plot, the API) is strict: a malformed row is an error
 naming the file and the line; only a last line cut short is skipped (a sweep
@@ -45,6 +48,8 @@ from llmqueue.common import files
 Row = Dict[str, Any]
 """One tidy row of a sweep: CSV cells read back as None, bool, int, float or text."""
 
+#: The byte order mark an editor may put at the start of a CSV file, as text.
+BOM = "\ufeff"
 #: Columns between the grid point and the figures, in this order.
 RUN_COLUMNS = ("replicate", "seed", "horizon", "warmup", "scenario", "label")
 
@@ -74,6 +79,8 @@ class RowWriter:
             self.handle = open(path, "a+", newline="", encoding="utf-8")
             self.handle.seek(0)
             header = next(csv.reader(self.handle), None)
+        if header and header[0].startswith(BOM):  # saved by an editor: no column's name
+            header[0] = header[0][len(BOM):]
         self.columns: Optional[List[str]] = header
         self.writer: Optional[csv.DictWriter] = None
 
@@ -213,13 +220,14 @@ def read_done(path: str, point: Sequence[str], scenario: str) -> Dict[Key, List[
     data = _load(path, "out")
     if data is None:
         if os.path.getsize(path):
+            if not _cut_header(path, point):  # one line of something else: keep it
+                raise _not_a_sweep(files.shown(path), point)
             _rewrite(path, [])  # a cut header only
         return {}
     names = data.header.fields
     if "replicate" not in names or point_columns(names) != list(point) \
             or not set(RUN_COLUMNS) <= set(names):
-        raise ValueError(f"out: {data.name} is not a sweep over {', '.join(point)}; "
-                         f"write to a new file")
+        raise _not_a_sweep(data.name, point)
     where = [names.index(c) for c in (*point, *RUN_COLUMNS[:4])]
     at_scenario = names.index("scenario")
     keys: List[Optional[Key]] = [_key(r.fields, where) for r in data.rows]
@@ -247,6 +255,23 @@ def read_done(path: str, point: Sequence[str], scenario: str) -> Dict[Key, List[
         assert key is not None  # a row whose key cannot be read is bad
         done.setdefault(key, []).append({k: _value(v) for k, v in zip(names, row.fields)})
     return done
+
+
+def _not_a_sweep(name: str, point: Sequence[str]) -> ValueError:
+    """The error for a file ``--resume`` cannot go on with, which it leaves alone."""
+    return ValueError(f"out: {name} is not a sweep over {', '.join(point)}; write to a new "
+                      f"file")
+
+
+def _cut_header(path: str, point: Sequence[str]) -> bool:
+    """Whether a file of one line without a line break is the header of a sweep
+    over ``point`` cut short (a sweep stopped while writing it): the start of
+    the grid and run columns, or all of them and more."""
+    head = io.StringIO()
+    csv.writer(head, lineterminator="").writerow([*point, *RUN_COLUMNS])
+    with files.open_text_input(path, "out") as handle:
+        text = handle.read(len(head.getvalue()) + 1)
+    return head.getvalue().startswith(text) or text == head.getvalue() + ","
 
 
 def _key(fields: List[str], where: Sequence[int]) -> Optional[Key]:

@@ -19,17 +19,22 @@ from llmqueue.theory.memory import (JointCapacity, b_star, delta, envelope_time,
                                     kv_area_blocks, kv_area_min, kv_bytes_per_token,
                                     kv_capacity_tokens, lambda_joint, lambda_kmax, mean_kv_area,
                                     mu_mem, mu_mix)
+from llmqueue.theory.prefix import (Che, che, che_characteristic_time, che_hit_ratio,
+                                    ideal_hit_ratio, ideal_hits, lambda_star_cached,
+                                    prefix_gain, zipf_popularity)
 from llmqueue.theory.shapes import MeanContext, at_mean_context, shape_time
 from llmqueue.theory.wait import lambda_wait, nested_wait_quotas, wait_thresholds
 from llmqueue.theory.slo import (SLO, Attainment, RequestLatency, Unloaded, attainment,
                                  good_throughput)
 
-__all__ = ["Attainment", "Bounds", "Cost", "GapHistogram", "JointCapacity", "MeanContext",
+__all__ = ["Attainment", "Bounds", "Che", "Cost", "GapHistogram", "JointCapacity", "MeanContext",
            "RequestLatency", "SLO", "TokenBound", "Unloaded", "ZeroLoad", "at_mean_context",
-           "attainment", "b_star", "batch_demand", "delta", "envelope_time", "fluid_slope",
-           "good_throughput", "is_work_conserving", "kv_area", "kv_area_blocks", "kv_area_min",
-           "kv_bytes_per_token", "kv_capacity_tokens", "lambda_joint", "lambda_kmax",
-           "lambda_star", "lambda_wait", "littles_law", "load", "mean_kv_area", "memory_bound",
-           "mu_mem", "mu_mix", "nested_wait_quotas", "peak_token_rate", "shape_time",
-           "slot_bound", "smallest_iteration", "token_bound", "token_capacity",
-           "unloaded_latency", "wait_thresholds", "zero_load"]
+           "attainment", "b_star", "batch_demand", "che", "che_characteristic_time",
+           "che_hit_ratio", "delta", "envelope_time", "fluid_slope", "good_throughput",
+           "ideal_hit_ratio", "ideal_hits", "is_work_conserving", "kv_area", "kv_area_blocks",
+           "kv_area_min", "kv_bytes_per_token", "kv_capacity_tokens", "lambda_joint",
+           "lambda_kmax", "lambda_star", "lambda_star_cached", "lambda_wait", "littles_law",
+           "load", "mean_kv_area", "memory_bound", "mu_mem", "mu_mix", "nested_wait_quotas",
+           "peak_token_rate", "prefix_gain", "shape_time", "slot_bound", "smallest_iteration",
+           "token_bound", "token_capacity", "unloaded_latency", "wait_thresholds", "zero_load",
+           "zipf_popularity"]

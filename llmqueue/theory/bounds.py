@@ -29,7 +29,7 @@ from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel
 from llmqueue.models.sizes import Fixed, SizeLike, as_law, decode_mean, decode_sizes
 from llmqueue.theory.capacity import lambda_star
-from llmqueue.theory.shapes import MeanContext, by_batch_size, mix_decode, shape_time
+from llmqueue.theory.shapes import MIX_TOKENS, MeanContext, by_batch_size, mix_decode, shape_time
 from llmqueue.theory.region import convex_hull
 from llmqueue.theory.slo import SLO, RequestLatency, Unloaded, attainment
 
@@ -107,6 +107,10 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     ``kmax``, as Theorem 2 does: slots are :func:`slot_bound`'s part) and
     ``lambda_mix = min(p / m_p, d / m_d) / t_mix``, which is SPEC E8.4's
     ``bmax / t_mix / (m_p + m_d)`` up to rounding ``d`` to whole tokens.
+    Other models price shapes of at most
+    :data:`~llmqueue.theory.shapes.MIX_TOKENS` tokens: a larger batch costs
+    per token what one of that size costs (:meth:`MeanContext.tokens_time`),
+    so a larger budget gives the figures of that one.
     """
     validation.positive_int("bmax", bmax)
     validation.nonnegative_number("mean_prefill", mean_prefill)
@@ -120,6 +124,7 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
         exact = lambda_star(bmax, mean_prefill, mean_decode, latency)
         return TokenBound(exact, mix, True, (bmax - d_mix, d_mix), t_mix)
     seen = MeanContext(latency, mean_prefill, mean_decode)
+    bmax = min(bmax, MIX_TOKENS)
     top = bmax if kmax is None else min(bmax, kmax)
     d_mix = mix_decode(bmax, mean_prefill, mean_decode, top)
     ds = sorted(_grid(top) | {d_mix})
@@ -155,7 +160,7 @@ def _sizes(prefill_law: SizeLike, decode_law: SizeLike, n: int, seed: int,
     """``n`` prompt and decode sizes (decode at least 1), from two streams of
     ``seed``; ``count`` names ``n`` in errors."""
     validation.positive_int(count, n)
-    validation.nonnegative_int("seed", seed)
+    validation.seed("seed", seed)
     prompt, decode = as_law("prefill_law", prefill_law), as_law("decode_law", decode_law)
     rp, rd = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     return prompt.sample(rp, n), decode_sizes(decode, rd, n)

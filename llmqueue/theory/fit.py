@@ -174,7 +174,7 @@ def read_samples(path: str) -> Tuple[np.ndarray, np.ndarray]:
                 if len(row) != 2:
                     raise ValueError(f"expected 2 fields, got {len(row)}")
                 tokens.append(validation.positive_number("tokens", float(row[0])))
-                seconds.append(validation.positive_number("seconds", float(row[1])))
+                seconds.append(validation.gap_seconds("seconds", float(row[1])))
             except ValueError as exc:
                 raise ValueError(f"{handle.name}:{line}: {exc}") from None
     if not tokens:

@@ -74,9 +74,25 @@ def shape_time(latency: LatencyModel, decode: int, prefill: int, decode_ctx: flo
 def mix_decode(tokens: int, mean_prefill: float, mean_decode: float,
                kmax: Optional[int] = None) -> int:
     """Decode tokens of a full batch of ``tokens`` tokens at the workload's own
-    mix, ``round(tokens m_d / (m_p + m_d))``, at most ``kmax``."""
+    mix, ``round(tokens m_d / (m_p + m_d))``, at most ``kmax``.  When requests
+    bring both prefill and decode work, at least one token of each kind (from
+    1 to ``tokens - 1``): rounded to none, the shape would serve no request
+    (``vd = 1`` after a prompt of 290 tokens gave 0 decodes of 128, and
+    ``lambda_mix`` 0)."""
     d = round(tokens * mean_decode / (mean_prefill + mean_decode))
+    if mean_prefill > 0 and mean_decode > 0 and tokens >= 2:
+        d = min(max(d, 1), tokens - 1)
     return d if kmax is None else min(d, kmax)
+
+
+#: The largest full batch :class:`MeanContext` prices as one shape (2**16
+#: tokens, above any budget servers use: vLLM's are some 10^3 to 10^4).  Its
+#: prefill is one chunk, whose attention grows as its square: priced so, a
+#: larger budget would look slower than a smaller one (the roofline at point
+#: C's mix: load 7.6 at ``bmax = 10^8``, 0.19 at ``10^5``), where an engine's
+#: batch of that size holds many prompts' chunks and costs about as much
+#: per token as a batch of this size.
+MIX_TOKENS = 2**16
 
 
 @dataclass(frozen=True)
@@ -126,7 +142,12 @@ class MeanContext:
 
     def tokens_time(self, tokens: int) -> float:
         """Seconds of a full batch of ``tokens`` tokens at the workload's mix
-        (whatever the slot limit, as Theorem 2: slots are bounded apart)."""
+        (whatever the slot limit, as Theorem 2: slots are bounded apart).  A
+        batch of more than :data:`MIX_TOKENS` tokens costs per token what one
+        of :data:`MIX_TOKENS` costs: it is that batch ``tokens / MIX_TOKENS``
+        times over, never one prefill chunk of quadratic attention."""
+        if tokens > MIX_TOKENS:
+            return self.tokens_time(MIX_TOKENS) * (tokens / MIX_TOKENS)
         d = mix_decode(tokens, self.mean_prefill, self.mean_decode)
         return self.batch_time(d, tokens - d, d + 1)
 

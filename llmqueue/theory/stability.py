@@ -39,7 +39,7 @@ only beyond that band too.
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Hashable, Mapping, Optional, cast
+from typing import Any, Dict, Hashable, Mapping, Optional, Tuple, cast
 
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.theory import capacity as theory
@@ -49,7 +49,7 @@ from llmqueue.theory.shapes import at_mean_context
 #: Verdicts a run can get from its measured drift.
 VERDICTS = ("stable", "unstable", "inconclusive")
 #: Predictions the theory can make.
-PREDICTIONS = ("stable", "unstable", "boundary", "no guarantee")
+PREDICTIONS = ("stable", "unstable", "boundary", "no guarantee", "no guarantee (memory)")
 
 UNSTABLE_SE = 3.0        # standard errors above 0 to call growth
 UNSTABLE_FRACTION = 0.01  # ... and growth above this share of the offered tokens
@@ -122,10 +122,9 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
                  if load > 1 else load)
     band = APPROXIMATE_BAND if seen is not latency else 0.0
     verdict = predicted_verdict(load, peak_load, work_conserving, kmax, bmax, band)
-    # outside the region no policy holds: the band's boundary too (Theorem 2's exact
-    # boundary at load 1 stays one, as SPEC 6 reads it)
-    decided = ("no guarantee", "stable", "boundary") if band else ("no guarantee", "stable")
-    if verdict in decided and kmax is not None and kmax < bmax:
+    # outside the region no policy holds, at Theorem 2's boundary too (point C with
+    # 4 slots is a boundary of the budget far beyond what its slots can serve)
+    if verdict != "unstable" and kmax is not None and kmax < bmax:
         region = _region(bmax, kmax, latency)
         if region is not None and not region.is_inside(rate * mean_prefill, rate * mean_decode,
                                                        tolerance=1e-9):
@@ -133,30 +132,51 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
     return verdict
 
 
+#: What a prediction says below a capacity memory binds: ``lambda_joint`` is a
+#: necessary condition only; greedy admission's preemptions waste some of it
+#: (runs at 0.95 of it grow on SPEC 7.8.2's rows), so no rate below it is
+#: promised stable.
+NO_GUARANTEE_MEMORY = "no guarantee (memory)"
+
+
+def binding_bound(figures: Mapping[str, Any]) -> Optional[Tuple[float, str]]:
+    """The rate (req/s) and the resource, ``memory`` or ``slots``, that bind an
+    engine below its compute capacity, from its joint figures
+    (``lambda_joint``, or ``mu_mem`` without a budget; ``binding``; ``fits``:
+    as ``llmqueue capacity`` gives them), or ``None`` where compute binds, or
+    no request fits (then none is served at all)."""
+    binding = figures.get("binding")
+    if binding not in ("memory", "slots") or not figures.get("fits", True):
+        return None
+    return figures.get("lambda_joint", figures.get("mu_mem")), binding
+
+
 def memory_bound(memory: Mapping[str, Any]) -> Optional[float]:
     """The rate memory binds an engine at (req/s), from its memory figures
-    (``lambda_joint``, or ``mu_mem`` without a budget; ``binding``; ``fits``:
-    as ``llmqueue capacity`` gives them), or ``None`` where compute or slots
-    bind, or no request fits (then none is served at all)."""
-    joint = memory.get("lambda_joint", memory.get("mu_mem"))
-    if memory.get("binding") != "memory" or not memory.get("fits", True):
-        return None
-    return joint
+    (:func:`binding_bound`), or ``None`` where compute or slots bind."""
+    bound = binding_bound(memory)
+    return bound[0] if bound is not None and bound[1] == "memory" else None
 
 
-def with_memory(predicted: str, rate: float, memory: Mapping[str, Any]) -> str:
-    """Theorem 2's ``predicted`` verdict for an engine with a KV cache of these
-    ``memory`` figures (SPEC 7.6: ``lambda <= mu_mem`` is necessary): where
-    memory binds (:func:`memory_bound`), a rate above it is ``unstable`` and
-    one at it a ``boundary``; below it, or where compute or slots bind,
-    Theorem 2's verdict stands (memory can still storm below it: SPEC 7.8.3)."""
-    bound = memory_bound(memory)
+def with_limits(predicted: str, rate: float, figures: Mapping[str, Any]) -> str:
+    """Theorem 2's ``predicted`` verdict for an engine whose memory or slots
+    bind below its compute capacity (:func:`binding_bound`; SPEC 7.6 and 8.6:
+    ``lambda <= lambda_joint`` is necessary): a rate above the bound is
+    ``unstable`` and one at it a ``boundary``.  Below it, where memory binds,
+    a ``stable`` becomes :data:`NO_GUARANTEE_MEMORY` (the bound is an upper
+    one: preemptions can lower the capacity under it); where slots bind
+    (only with ``kmax < bmax``) Theorem 2's verdict stands, as where compute
+    binds (memory can still storm below it: SPEC 7.8.3)."""
+    bound = binding_bound(figures)
     if bound is None or predicted == "unstable":
         return predicted
-    if rate > bound * (1 + BOUNDARY_TOLERANCE):
+    rate_bound, resource = bound
+    if rate > rate_bound * (1 + BOUNDARY_TOLERANCE):
         return "unstable"
-    if rate >= bound * (1 - BOUNDARY_TOLERANCE):
+    if rate >= rate_bound * (1 - BOUNDARY_TOLERANCE):
         return "boundary"
+    if resource == "memory" and predicted == "stable":
+        return NO_GUARANTEE_MEMORY
     return predicted
 
 
