@@ -71,17 +71,30 @@ def test_a_pass_above_an_approximate_capacity_needs_long_runs(monkeypatch):
     assert p.decision == FAIL and asked == [100] * 3 + [800] * 3
 
 
-def test_goodput_on_the_roofline_stays_under_its_capacity():
-    # the outside check's case: Llama-3-8B on an H100, lognormal prompts: plan passed
-    # 24.23 req/s (1.1 lambda_tok = 22.03) on 500-request runs; runs of 3,000 s grow at
-    # 23 req/s and hold at 22 (the SLO held in the short runs' transient)
+def roofline_plan(**options):
+    """The outside check's case: Llama-3-8B on an H100, lognormal prompts, p99 in
+    quantile mode: plan passed 24.23 req/s (1.1 lambda_tok = 22.03) on 500-request
+    runs; runs of 3,000 s grow at 23 req/s and hold at 22 (the SLO held in the
+    short runs' transient)."""
     from llmqueue.hardware import Roofline
     engine = EngineSpec("sarathi", bmax=2048, kmax=None,
                         latency=Roofline("H100", "llama-3-8b"))
     traffic = Traffic(q.LogNormal(1000, 1.0), q.Geometric(200))
-    r = plan(traffic, engine, SLO(ttft=1.0, tpot=0.1), 0.99, mode="quantile", reps=3,
-             n_requests=500, seed=3)
+    return plan(traffic, engine, SLO(ttft=1.0, tpot=0.1), 0.99, mode="quantile", reps=3,
+                n_requests=500, seed=3, **options)
+
+
+def test_the_first_probe_above_the_rooflines_bound_fails_on_long_runs():
+    r = roofline_plan(max_probes=1)
     assert r.bounds.lambda_tok == pytest.approx(22.03, abs=0.01)
+    first = r.probes[0]
+    assert first.rate == pytest.approx(1.1 * r.bounds.lambda_tok) and first.decision == FAIL
+    assert first.simulated_requests > 3 * 550  # its short runs (50 warm-up + 500) passed
+
+
+@pytest.mark.slow
+def test_goodput_on_the_roofline_stays_under_its_capacity():
+    r = roofline_plan()
     assert r.goodput < 22.5 and r.probes[0].decision == FAIL
 
 
