@@ -294,3 +294,16 @@ def test_a_scenario_script_from_the_shell_is_exit_2_with_one_line():
     proc = subprocess.run([sys.executable, str(ROOT / "scenarios" / "point_c.py"), "-h"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
     assert proc.returncode == 0 and "Operating point C" in proc.stdout
+
+
+def test_a_scenario_script_into_a_closed_pipe_ends_quietly():
+    # ``python scenarios/point_c.py | head -1``: the reader goes away after one line;
+    # the script stops with 141 (128 + SIGPIPE) and says nothing, as ``llmqueue`` does
+    # (it printed "error: [Errno 32] Broken pipe")
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    proc = subprocess.run([sys.executable, str(ROOT / "scenarios" / "point_c.py")],
+                          stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    reader.stdin.close()
+    reader.wait(timeout=60)
+    assert proc.returncode == 141 and proc.stderr == ""

@@ -16,6 +16,7 @@ from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.cli.report import report, strict_json
+from llmqueue.cli.script import quiet_stdout
 from llmqueue.cli.settings import overrides
 from llmqueue.common import files, progress, validation
 from llmqueue.engine.options import RunOptions
@@ -226,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             cmd_run(args)
     except BrokenPipeError:  # the reader went away (``llmqueue list | head -1``)
-        _quiet_stdout()
+        quiet_stdout()
         return 141  # 128 + SIGPIPE, as a shell reports a tool stopped by a closed pipe
     except (ValueError, OSError, OverflowError) as exc:
         text = " ".join(str(exc).splitlines())  # one line, whatever a file name holds
@@ -238,16 +239,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         warnings.formatwarning = shown
     return 0
-
-
-def _quiet_stdout() -> None:
-    """Point standard output at the null device, so the interpreter's last
-    flush of what the closed pipe did not take raises nothing more."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no file behind it (a captured stdout)
-        pass
 
 
 def _user_modules_last() -> None:

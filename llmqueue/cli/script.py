@@ -44,9 +44,22 @@ def script(main: Callable[[], object], argv: Optional[Sequence[str]] = None) -> 
     parser.parse_args(argv)
     try:
         code = main()
+    except BrokenPipeError:  # the reader went away (``python scenarios/NAME.py | head``)
+        quiet_stdout()
+        raise SystemExit(141) from None  # 128 + SIGPIPE, as for ``llmqueue``
     except (ValueError, OSError, OverflowError) as exc:
         fail(prog, exc)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def quiet_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's last
+    flush of what the closed pipe did not take raises nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file behind it (a captured stdout)
+        pass
