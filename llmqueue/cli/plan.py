@@ -21,6 +21,7 @@ import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from llmqueue import experiments
+from llmqueue.cli import settings
 from llmqueue.cli.report import strict_json, table
 from llmqueue.common import files, validation
 from llmqueue.experiments.base import engine_kwargs
@@ -66,12 +67,7 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
 
 def configure(pairs: List[str]) -> tuple:
     """``(EngineSpec, Traffic)`` from ``--set`` pairs."""
-    values: Dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set takes KEY=VALUE; got {pair!r}")
-        values[key.strip()] = value.strip()
+    values = settings.pairs(pairs)
     for key in REFUSED:
         if key in values:
             raise ValueError(f"{key} cannot be set for plan: the plan searches the rate "

@@ -7,6 +7,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from llmqueue import experiments
+from llmqueue.cli import settings
 from llmqueue.cli.report import strict_json, table
 from llmqueue.common import files, validation
 from llmqueue.sweeps import grid as grids
@@ -64,7 +65,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         if key in grid:
             raise ValueError(f"grid {key}: given twice")
         grid[key] = values
-    fixed = _pairs(args.set, "--set")
+    fixed = settings.pairs(args.set, "--set")
     schedulers = _names(args.scheduler)
     if args.dask is None and args.dask_workers is not None:
         raise ValueError("--dask-workers sizes --dask local only")
@@ -95,7 +96,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     rows = read_rows(args.csv)
     if not rows:
         raise ValueError(f"{args.csv} holds no run yet (a header only): nothing to plot")
-    for key, value in _pairs(args.where, "--where").items():
+    for key, value in settings.pairs(args.where, "--where").items():
         if rows and key not in rows[0]:
             raise ValueError(f"--where {key}: no such column in {args.csv}")
         rows = [r for r in rows if str(r[key]) == value or _same(r[key], value)]
@@ -144,16 +145,6 @@ def _plus_minus(mean: Optional[float], half: Optional[float]) -> Optional[str]:
     if mean is None:
         return None
     return f"{mean:.4g}" if half is None else f"{mean:.4g} +- {half:.3g}"
-
-
-def _pairs(pairs: Sequence[str], option: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{option} takes KEY=VALUE; got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _names(text: Optional[str]) -> Optional[List[str]]:
