@@ -65,3 +65,12 @@ def test_theorem2s_boundary_outside_theorem10s_region_is_unstable():
                    latency=None) == "unstable"
     assert predict(1 / 0.4675, 290, 990, work_conserving=True, bmax=128, kmax=100,
                    latency=None) == "boundary"
+
+
+def test_requests_without_a_prompt_hold_a_slot_for_their_decodes_only(capsys):
+    # vp = 0: a request starts with its first decode, so 10 iterations a slot, not 11
+    doc = capacity(capsys, "kmax=8", "vp=0", "vd=10")
+    assert doc["lambda_kmax"] == pytest.approx(8 / (T1 * 10), rel=1e-12)
+    served = q.simulate(q.renewal(0.01, 0, 10), "sarathi", bmax=128, kmax=8,
+                        horizon=500.0).summary["completed"] / 500.0
+    assert doc["lambda_kmax"] * 0.995 <= served <= doc["lambda_kmax"] * 1.001

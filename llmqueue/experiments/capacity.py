@@ -98,8 +98,11 @@ def _chunk(p: Mapping[str, Any], mean_prefill: float) -> Optional[int]:
 
 def _iterations(prefill: SizeLaw, mean_decode: float, chunk: Optional[int]) -> float:
     """Mean iterations a request holds a slot for: ``E[ceil(vp/chunk)] + E[vd]``
-    (one prefill iteration for whole prompts)."""
-    return (mean_chunks(prefill, chunk) if chunk else 1) + mean_decode
+    (one prefill iteration for whole prompts, none for requests without a
+    prompt: they start with their first decode)."""
+    if chunk:
+        return mean_chunks(prefill, chunk) + mean_decode
+    return (1 if prefill.mean > 0 else 0) + mean_decode
 
 
 def slot_figures(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
