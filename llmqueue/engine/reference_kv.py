@@ -19,8 +19,13 @@ from SPEC 7, scanning every resident at every step:
   then, only if nobody was preempted, the new starts (pass 2, head of line:
   the preempted residents' items first, by key, then the others in proposal
   order);
-  it re-proposes after a preemption that accepted nothing and falls back to the
-  started residents alone when nothing was accepted (SPEC 7.3 steps 1 and 5).
+  when nothing was accepted it falls back to the started residents alone
+  (SPEC 7.3 step 5), before re-proposing after a preemption for a one-phase
+  policy, and otherwise re-proposes after a preemption (step 1); a policy
+  that starts FCFS (WAIT) has its new starts walked by key;
+* WAIT runs as the engine runs it: no budget, IDLE until the next arrival,
+  and the drain (the arrivals over, or every slot taken) in the view; the
+  policy reads each resident's key as the public order key ``seq``.
 
 Decisions where SPEC is silent follow those documented in
 :mod:`llmqueue.engine.kv`: a victim keeps its kmax slot, its admission, first
