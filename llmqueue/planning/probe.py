@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 from llmqueue.planning.replicate import Run, Task, run_replication
@@ -172,7 +172,6 @@ def probe(base: Task, rate: float, engines: int, rules: Rules,
     its transient (E8.4's roofline at 1.1 of it, 500 requests: attainment
     0.99 where a long run grows): a PASS then counts only on runs of
     :data:`LONGEST` times the requests."""
-    from dataclasses import replace
     wall = time.perf_counter()
     spent: List[Run] = []  # every run, those of shorter tries too (their cost counts)
     scale = 1
@@ -206,7 +205,6 @@ def _decide(base: Task, rules: Rules, executor: Optional[Executor],
     """Replications of ``base`` (``reps`` at a time, up to ``max_reps``) until
     the attainments decide: ``(decision, mean, hw, runs)``, PASS before the
     drift check."""
-    from dataclasses import replace
     runs: List[Run] = []
     mean = hw = 0.0
     while len(runs) < rules.max_reps:
