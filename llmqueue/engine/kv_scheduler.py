@@ -148,7 +148,7 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
     residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
     recorder = engine.recorder
     prefill_first = engine.prefill_first
-    fcfs, one_phase = policy.starts_fcfs, engine.one_phase
+    fcfs, one_phase = policy.starts_fcfs, not policy.mixed
     preempted = 0
     fallback = False
     while True:

@@ -115,11 +115,8 @@ class Engine:
         self.last_starts: list = []  # the new starts of the last batch choice (KV cache)
         # the order the KV gate charges a plan's phases in (a one-phase policy's
         # plans hold one phase: the order is moot, and decodes-first is the fast one)
-        #: each batch one phase (vllm, fastertransformer): under memory, SPEC 7.3
-        #: step 5's fallback comes before a re-proposal after a self-preemption
-        self.one_phase = not getattr(self.policy, "mixed", True)
-        self.prefill_first = bool(getattr(self.policy, "prefill_first", False)) and \
-            not self.one_phase
+        self.prefill_first = (bool(getattr(self.policy, "prefill_first", False))
+                              and bool(getattr(self.policy, "mixed", True)))
         self._ignored_warned = False
         self._ticks: Dict[Tuple[int, int, int], int] = {}
         self._arrival: Optional[simpy.Event] = None
