@@ -123,7 +123,8 @@ def quick_gate(proposal: Plan, kv: KV, free: int, budget: int, chunked: bool,
         return None
     free -= decode_need
     blocks = decode_need
-    lazy_one = kv.block_size == 1 and kv.admission == "lazy"  # a block per token
+    lazy_one = (kv.block_size == 1 and kv.admission == "lazy"  # a block per token
+                and not kv.prefix)  # (a prefix cache's starts may revive entries)
     ours: List[Tuple[Request, int]] = []
     fresh: List[Tuple[Request, int]] = []
     for item in prefill:

@@ -144,6 +144,9 @@ class KV:
     the iteration in which it moves (``preemption="swap"`` only)."""
     max_tokens: Optional[int] = None
     """Tokens ``peak`` admission reserves per request (``None``: its ``vp + vd``)."""
+    prefix: bool = False
+    """Prefix caching (SPEC 10, :mod:`~llmqueue.engine.prefix_cache`): requests
+    whose prompts start with the same content share its KV blocks."""
 
     def __post_init__(self) -> None:
         validation.positive_int("block_size", self.block_size, MAX_BLOCK_SIZE)
@@ -167,6 +170,12 @@ class KV:
         validation.choice("admission", self.admission, ADMISSIONS)
         validation.choice("preemption", self.preemption, PREEMPTIONS)
         validation.choice("restart", self.restart, RESTARTS)
+        if not isinstance(self.prefix, bool):
+            raise ValueError(f"prefix must be True or False; got {validation.shown(self.prefix)}")
+        if self.prefix and self.preemption == "swap":
+            raise ValueError("prefix=True needs preemption='recompute' or 'none' (a swapped "
+                             "request's shared prefix blocks are not modelled); got "
+                             "preemption='swap'")
         if self.watermark is not None:
             w = self.watermark
             if not validation.is_number(w) or not 0 <= w < 1:
@@ -258,6 +267,8 @@ class KV:
                      f"swap_seconds_per_token={self.swap_seconds_per_token!r}")
         if self.max_tokens is not None:
             text += f", max_tokens={self.max_tokens!r}"
+        if self.prefix:
+            text += ", prefix=True"
         return text + ")"
 
     def blocks_for(self, tokens: int) -> int:
@@ -306,6 +317,15 @@ class KV:
         if started:  # peak: the whole reservation is taken at the start
             return 0
         return -((r.vp + r.vd if self.max_tokens is None else self.max_tokens) // -b)
+
+
+def never_fit(kv: KV, r: Request) -> str:
+    """The warning for ``r``, which can never fit ``kv`` (SPEC 7.1)."""
+    cache = f"the KV cache ({kv.blocks} blocks of {kv.block_size} tokens, {kv.reserve} kept free)"
+    if kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens:
+        cache = f"the reservation of max_tokens={kv.max_tokens} (admission='peak')"
+    return (f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit {cache}: it is ignored; "
+            "further ones are counted in the summary's 'ignored' without a warning")
 
 
 def is_started(r: Request) -> bool:

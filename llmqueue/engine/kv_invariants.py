@@ -51,6 +51,8 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
             served[id(r)] = (n, False)
     b = kv.block_size
     blocks = tokens = pool = swapped = 0
+    cache = getattr(residents, "cache", None)  # a prefix cache (SPEC 10.2)
+    m = cache.m if cache is not None else 0
     for r in residents:
         held = kv_tokens(r)
         n, is_decode = served.get(id(r), (0, False))
@@ -64,6 +66,8 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
             # it holds nothing, but the KV of a prompt that arrived prefilled, which it
             # brings along when it starts (Engine.call)
             brought = r.vp if r.prefilled and not r.memory.preemptions else 0
+            if cache is not None:  # the hit it would get now, shown as processed
+                brought += r.memory.hit
             if n or held != brought:
                 raise InvariantError(f"request {r.rid} is unstarted (no KV) but holds {held} "
                                      f"KV tokens or is served {n} tokens")
@@ -78,8 +82,11 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
         if ceil_div(reserved, b) * b < after:
             raise InvariantError(f"request {r.rid} is served without KV: it will hold {after} "
                                  f"tokens in {ceil_div(reserved, b)} blocks of {b}")
-        blocks += ceil_div(reserved, b)
+        blocks += ceil_div(reserved, b) - (m * len(r.memory.entries) if cache else 0)
         tokens += after
+    if cache is not None:  # entries held count once, however many hold them
+        blocks += m * sum(1 for e in cache.entries.values() if e.count)
+        cache.check(residents, residents.free)
     used = kv.blocks - residents.free
     if not 0 <= used <= kv.blocks:
         raise InvariantError(f"{used} blocks in use of {kv.blocks}")

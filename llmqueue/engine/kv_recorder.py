@@ -30,11 +30,12 @@ commit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from llmqueue.common.units import UNLIMITED, to_seconds
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_blocks import Growth
+from llmqueue.engine.prefix_stats import prefix_figures
 from llmqueue.engine.recorder import Recorder
 
 
@@ -121,6 +122,8 @@ class MemoryRecorder:
         self.area_sum = 0
         self.area_count = 0
         self._swaps()
+        self.prefix: Any = None
+        """A prefix cache's figures (:class:`~llmqueue.engine.prefix_cache.PrefixStats`)."""
         self._run: Optional[_Run] = None
         #: the current run, as :meth:`allocate` announced it (``_run`` once booked in part):
         #: (end, start, t, k, tokens, blocks, dtokens, dblocks, preemptions, recomputed,
@@ -300,10 +303,14 @@ class MemoryRecorder:
         self.preemptions = self.preempted_iterations = self.recomputed = self.ignored = 0
         self.area_sum = self.area_count = 0
         self._swaps()
+        if self.prefix is not None:
+            self.prefix.restart(now)
 
     def close(self, end: int) -> None:
         """Extend the integrals to ``end``."""
         self.level(end, self.tokens, self.blocks, False)
+        if self.prefix is not None:
+            self.prefix.set_level(end, self.prefix.level)
 
 
 def memory_figures(engines: Sequence[Recorder], end: int) -> Dict[str, object]:
@@ -351,4 +358,8 @@ def memory_figures(engines: Sequence[Recorder], end: int) -> Dict[str, object]:
                        swap_seconds=to_seconds(sum(r.swap_ticks for r in swapping)))
         if len(recorders) == 1:
             figures["swap_max"] = recorders[0].swap_max
+    caches = [r.prefix for r in recorders if r.prefix is not None]
+    if caches:  # a prefix cache's (SPEC 10.3)
+        figures.update(prefix_figures(caches, span, len(recorders) == 1))
+        figures["prefill_computed_tokens"] = sum(e.prefill_tokens for e in engines)
     return figures

@@ -90,7 +90,8 @@ def roomy(engine) -> bool:  # noqa: ANN001 - an Engine
     """Whether this engine's choices may skip the gate when memory cannot bind
     them (:func:`choose_roomy`): no swap, and a decodes-first built-in policy
     (``sarathi``, ``vllm``, ``fastertransformer``) with a finite budget."""
-    return (engine.kv.preemption != "swap" and engine.budget != UNLIMITED
+    return (engine.kv.preemption != "swap" and not engine.kv.prefix
+            and engine.budget != UNLIMITED
             and not engine.prefill_first and not engine.check_plans
             and type(engine.policy) in (Sarathi, VLLM, FasterTransformer))
 
@@ -149,6 +150,7 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
     recorder = engine.recorder
     prefill_first = engine.prefill_first
     fcfs, one_phase = policy.starts_fcfs, not policy.mixed
+    prefix = kv.prefix
     preempted = 0
     fallback = False
     while True:
@@ -166,8 +168,8 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
         hint = None  # the blocks of all decoders at once, when the proposal takes them all
         if proposal.decode is residents.decoding and not residents.unstarted_decoders:
             hint = residents.decode_need()
-        gated = gate(proposal, kv, free, budget, residents.started_order, policy.chunked,
-                     prefill_first, hint, fcfs)
+        gated = gate(proposal, residents.gate_kv() if prefix else kv, free, budget,
+                     residents.started_order, policy.chunked, prefill_first, hint, fcfs)
         if gated.victims:
             now = engine.env.now
             if swap:
@@ -277,7 +279,11 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
     check = engine.check_invariants
-    skip = engine.skip_ahead and not engine.contexts  # a context model's runs: stepped
+    # a context model's runs step, and so do a prefix cache's (its entries change)
+    skip = engine.skip_ahead and not engine.contexts and not kv.prefix
+    cache = residents.cache if kv.prefix else None
+    if cache is not None:
+        residents.attach(env, recorder)
     swap = isinstance(residents, SwapResidents)
     drains = not engine.fcfs  # the built-in FCFS policies never read the drain; others may
     fast, budget = roomy(engine), engine.budget
@@ -317,6 +323,8 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
                 yield from engine.sleep()
                 continue
             plan, preemptions, moved = choice
+            if cache is not None:  # evict what this choice's allocation needs
+                cache.settle(residents.free, env.now)
             steady = (not preemptions and not moved and not (swap and residents.swapped)
                       and (not engine.last_starts or _starts_repeat(engine, plan)))
         used = kv.blocks - residents.free

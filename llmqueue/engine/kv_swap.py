@@ -54,6 +54,9 @@ from llmqueue.policies.view import _NO_CLOCK, Plan, Request
 def memory_residents(kv: KV) -> MemoryResidents:
     """The residents of an engine with cache ``kv``: with a swap pool when
     ``kv`` swaps."""
+    if kv.prefix:
+        from llmqueue.engine.prefix_residents import PrefixResidents
+        return PrefixResidents(kv)
     return SwapResidents(kv) if kv.preemption == "swap" else MemoryResidents(kv)
 
 

@@ -46,11 +46,12 @@ from llmqueue.common.units import UNLIMITED, ceil_div, to_ticks
 from llmqueue.engine.clock import fail_quietly, later_this_instant, now_ticks
 from llmqueue.engine.context_runs import context_run
 from llmqueue.engine.errors import Diverged, RequestIgnored, Stalled
-from llmqueue.engine.kv import KV
+from llmqueue.engine.kv import KV, never_fit
 from llmqueue.engine.kv_recorder import MemoryRecorder
 from llmqueue.engine.kv_residents import Held
 from llmqueue.engine.kv_scheduler import memory_scheduler
 from llmqueue.engine.kv_swap import memory_residents
+from llmqueue.engine.prefix_cache import check_request
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.residents import Residents
 from llmqueue.models.latency import LatencyModel, Staircase
@@ -144,6 +145,8 @@ class Engine:
             raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "
                              f"<= bmax, or chunked=true")
+        if type(r) is not Request:  # ids for prefix caching (SPEC 10.1)
+            check_request(r, self.kv)
         r.arrival = now_ticks(self.env)
         if self.kv is not None:
             r.memory = Held()
@@ -182,16 +185,9 @@ class Engine:
         r.memory.ignored = True
         self.recorder.ignore(r)
         self.recorder.memory.ignore()
-        kv = self.kv
-        if not self._ignored_warned and kv is not None:
+        if not self._ignored_warned and self.kv is not None:
             self._ignored_warned = True
-            cache = (f"the KV cache ({kv.blocks} blocks of {kv.block_size} tokens, "
-                     f"{kv.reserve} kept free)")
-            if kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens:
-                cache = f"the reservation of max_tokens={kv.max_tokens} (admission='peak')"
-            warnings.warn(f"request {r.rid} ({r.vp} + {r.vd} tokens) can never fit {cache}: "
-                          "it is ignored; further ones are counted in the summary's "
-                          "'ignored' without a warning", stacklevel=3)
+            warnings.warn(never_fit(self.kv, r), stacklevel=3)
 
     def call(self, vp: int, vd: int, klass: Hashable = None, *,
              prefilled: bool = False) -> simpy.Event:
@@ -201,7 +197,10 @@ class Engine:
         the KV cache.  Ids number this engine's arrivals from 0.  ``prefilled``:
         its prompt's KV, made elsewhere, arrives with it: it holds it from its
         start (SPEC 7.1), reads it as context (8.2), prefills nothing."""
-        r = Request(self.recorder.arrivals, vp, vd, klass, prefilled=prefilled)
+        return self.send(Request(self.recorder.arrivals, vp, vd, klass, prefilled=prefilled))
+
+    def send(self, r: Request) -> simpy.Event:
+        """:meth:`call` for a request made by the caller (with prefix ids, SPEC 10.1)."""
         r.on_finished = self.env.event()
         self.submit(r)
         if r.memory is not None and r.memory.ignored:  # (submit warned of the first)
@@ -212,6 +211,10 @@ class Engine:
             return r
 
         return self.env.process(wait())
+
+    def cached_prefix(self, r: Request) -> int:
+        """Hit tokens ``r`` would get here now (SPEC 10.6: routers read it); 0 without a cache."""
+        return getattr(self.residents, "cached_prefix", lambda _: 0)(r)
 
     @property
     def pending(self) -> int:

@@ -15,6 +15,7 @@ from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
+from llmqueue.engine.prefix_cache import prefix_request
 from llmqueue.engine.processes import Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
@@ -189,8 +190,12 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
             return
         if wait is not None:
             yield wait
-        klass = arrival[3] if len(arrival) > 3 else None
-        engine.submit(Request(rid, arrival[1], arrival[2], klass))
+        n = len(arrival)
+        if n > 4 and (arrival[4] is not None or n > 5 and arrival[5] is not None):  # SPEC 10.1
+            r = prefix_request(rid, *arrival[1:7])
+        else:
+            r = Request(rid, arrival[1], arrival[2], arrival[3] if n > 3 else None)
+        engine.submit(r)
         rid += 1
         if meter is not None:
             meter.update(1 if until is None else env.now / 1e9 - meter.n)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional,
-                    Sequence)
+                    Sequence, Tuple)
 
 import numpy as np
 
@@ -23,12 +23,21 @@ from llmqueue.models.sizes import SizeLike, as_law, decode_mean, decode_sizes
 
 
 class Arrival(NamedTuple):
-    """One request: arrival time (s), prefill tokens, decode tokens, class."""
+    """One request: arrival time (s), prefill tokens, decode tokens, class,
+    and, for prefix caching (SPEC 10.1), the content ids of its prompt's hash
+    blocks of ``hash_block`` tokens (``blocks``) and of the blocks that fill
+    up while it decodes (``out_blocks``)."""
 
     time: float
     prefill: int
     decode: int
     klass: Hashable = None
+    blocks: Optional[Tuple[Hashable, ...]] = None
+    """One id per ``hash_block`` tokens of the prompt; equal ids, equal content."""
+    out_blocks: Optional[Tuple[Hashable, ...]] = None
+    """Ids of the blocks its decode tokens complete (sessions)."""
+    hash_block: Optional[int] = None
+    """Tokens per id (``H``): needed with ``blocks``."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -52,6 +61,9 @@ class Workload:
     initial: int = 0
     """Requests at time 0 before the stream's own (``initial=N``), counted
     apart from ``rate`` when a run checks how many requests it would bring."""
+    hash_block: Optional[int] = None
+    """Tokens per content id (``H``, SPEC 10.1) when its arrivals carry ids
+    (``blocks``), else ``None``."""
 
     def __iter__(self) -> Iterator[Arrival]:
         it = self.make()
