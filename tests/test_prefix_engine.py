@@ -209,3 +209,21 @@ def test_the_hit_ratio_never_exceeds_the_ideal():
     result = q.simulate(Workload(lambda: iter(arrivals), len(arrivals), "groups"), kmax=None,
                         kv=q.KV(num_blocks=4000, prefix=True, block_size=4))
     assert 0 < result.summary["prefix_hit_ratio"] <= ideal
+
+
+def test_reports_name_each_hit(tmp_path):
+    from llmqueue.engine.timeline import chrome_trace
+    rows = [(0.0, 4, 1, ["a0", "a1"]), (1.0, 4, 1, ["a0", "a1"])]
+    result = run(rows, q.KV(num_blocks=13, prefix=True))
+    path = tmp_path / "requests.csv"
+    result.write_requests(str(path))
+    header, first, second = path.read_text().splitlines()
+    assert header.endswith(",memory_area,cached_tokens")
+    assert first.endswith(",0") and second.endswith(",2")  # 3 of 4 tokens: 1 whole block of 2
+    assert result.requests_frame is not None
+    events = [e for e in chrome_trace([("run", result)])["traceEvents"]
+              if e["name"] == "prefix hit"]
+    assert [e["args"] for e in events] == [{"request": 1, "cached_tokens": 2}]
+    plain = run([(0.0, 4, 1, None)], q.KV(num_blocks=13))
+    plain.write_requests(str(path))
+    assert path.read_text().splitlines()[0].endswith(",memory_area")

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
+from llmqueue.models.latency import LatencyModel
+from llmqueue.theory.prefix import lambda_star_cached
+
 
 @dataclass
 class PrefixStats:
@@ -58,7 +61,21 @@ def prefix_figures(caches: Sequence[PrefixStats], span: int, one: bool) -> Dict[
     return figures
 
 
-def mean_hit(caches: Sequence[PrefixStats]) -> Optional[float]:
-    """Mean hit tokens of the first starts (``None`` before any)."""
+def effective_load(caches: Sequence[PrefixStats], rate: Optional[float],
+                   mean_prefill: Optional[float], mean_decode: Optional[float],
+                   bmax: Optional[int], latency: Optional[LatencyModel]) -> Dict[str, object]:
+    """Theorem 2's figures at the effective prompt ``E[vp] - E[hit]`` (the
+    mean hit of the first starts in the observed span), beside the nominal
+    ones (SPEC 10.3): ``lambda_star_effective`` (requests/s) and
+    ``load_effective``; ``None`` where the workload's figures, the budget or
+    any first start are missing."""
     starts = sum(c.first_starts for c in caches)
-    return sum(c.first_hits for c in caches) / starts if starts else None
+    figures: Dict[str, object] = {"lambda_star_effective": None, "load_effective": None}
+    if not starts or mean_prefill is None or mean_decode is None or bmax is None:
+        return figures
+    hit = min(sum(c.first_hits for c in caches) / starts, mean_prefill)
+    capacity = lambda_star_cached(bmax, mean_prefill, mean_decode, hit, latency)
+    figures["lambda_star_effective"] = capacity
+    if rate is not None:
+        figures["load_effective"] = rate / capacity
+    return figures

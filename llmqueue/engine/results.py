@@ -13,85 +13,19 @@ from __future__ import annotations
 import csv
 import dataclasses
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Dict, Hashable, Iterator, List, Mapping, NamedTuple,
-                    Optional, Tuple)
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from llmqueue.common.frames import frame
 from llmqueue.common.units import to_seconds
+from llmqueue.engine.records import Batch, RequestMemory, RequestTimes, memory_columns, seconds
 from llmqueue.policies.view import Request
 from llmqueue.theory.histogram import GapHistogram
 from llmqueue.theory.slo import RequestLatency
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
-
-
-class Batch(NamedTuple):
-    """One iteration: when it ran, its tokens and its members."""
-
-    start: int
-    """Start time (ns in :attr:`Result.batch_log`)."""
-    duration: int
-    """Length of the iteration, t_b (ns)."""
-    prefill_tokens: int
-    """Prefill tokens in the batch."""
-    decode_tokens: int
-    """Decode tokens in the batch (one per decoding member)."""
-    requests: int
-    """Requests served: decoders plus prefill chunks."""
-    decode: Tuple[Hashable, ...]
-    """Ids of the requests that got a decode token."""
-    prefill: Tuple[Tuple[Hashable, int], ...]
-    """``(id, tokens)`` of every prefill chunk."""
-
-
-class RequestTimes(NamedTuple):
-    """One request's life in seconds (``None`` for what had not happened when
-    the run ended) and its sizes."""
-
-    id: Hashable
-    """Request id: arrivals numbered from 0 in arrival order (per engine)."""
-    arrival: float
-    admitted: Optional[float]
-    """When it got a slot."""
-    prefill_done: Optional[float]
-    first_token: Optional[float]
-    """End of its first decode iteration (TTFT = first_token - arrival)."""
-    finished: Optional[float]
-    vp: int
-    """Prefill (prompt) tokens."""
-    vd: int
-    """Decode (output) tokens."""
-
-    @classmethod
-    def of(cls, r: Request) -> "RequestTimes":
-        """The record of request ``r`` (whose times are in ns)."""
-        s = _seconds
-        return cls(r.rid, to_seconds(r.arrival), s(r.admitted), s(r.prefill_done),
-                   s(r.first_token), s(r.finished), r.vp, r.vd)
-
-
-class RequestMemory(NamedTuple):
-    """One request's KV record (runs with a KV cache)."""
-
-    id: Hashable
-    """Request id."""
-    ignored: bool
-    """Rejected on arrival: it could never fit the cache."""
-    preemptions: int
-    """Times it was preempted."""
-    recomputed_tokens: int
-    """Tokens it processed again after preemptions."""
-    memory_area: int
-    """Σ over the iterations while resident of its KV after allocation (token-iterations)."""
-
-    @classmethod
-    def of(cls, r: Request) -> "RequestMemory":
-        """The record of request ``r`` (which ran on an engine with a KV cache)."""
-        m = r.memory
-        return cls(r.rid, m.ignored, m.preemptions, m.recomputed, m.area)
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,8 +235,9 @@ class Result:
         rows = [r._asdict() for r in self.requests()]
         log = self.request_log
         if log and log[0].memory is not None:
+            shown = RequestMemory._fields[:memory_columns(log)]
             for row, memory in zip(rows, self.request_memory()):
-                row.update(memory._asdict())
+                row.update(zip(shown, memory))
         return frame(rows, "Result.requests_frame")
 
     def batches_frame(self) -> "pandas.DataFrame":
@@ -370,13 +305,14 @@ class Result:
         rows = self.requests()
         log = self.request_log
         memory = self.request_memory() if log and log[0].memory is not None else None
-        extra = list(RequestMemory._fields[1:]) if memory is not None else []
+        width = memory_columns(log) if memory is not None else 1  # type: ignore[arg-type]
+        extra = list(RequestMemory._fields[1:width])
         with open(path, "w", newline="") as handle:
             out = csv.writer(handle)
             out.writerow(list(RequestTimes._fields) + extra)
             for i, row in enumerate(rows):
                 cells = ["" if x is None else x for x in row]
-                out.writerow(cells + (list(memory[i][1:]) if memory is not None else []))
+                out.writerow(cells + (list(memory[i][1:width]) if memory is not None else []))
 
     def write_timeseries(self, path: str) -> None:
         """CSV ``time,pending,backlog``, a row at each change."""
@@ -388,8 +324,7 @@ class Result:
                 out.writerow([to_seconds(t), pending, backlog])
 
 
-def _seconds(t: Optional[int]) -> Optional[float]:
-    return None if t is None else to_seconds(t)
+_seconds = seconds
 
 
 def _need(log: Optional[List], name: str) -> List:

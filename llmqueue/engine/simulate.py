@@ -16,6 +16,7 @@ from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
 from llmqueue.engine.prefix_cache import prefix_request
+from llmqueue.engine.prefix_stats import effective_load
 from llmqueue.engine.processes import Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
@@ -149,6 +150,11 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     if memory is not None:
         params["kv"] = repr(kv)
         summary = summary.with_figures(**memory_figures([recorder], end))
+        if memory.prefix is not None:  # Theorem 2 at the prompt really computed (SPEC 10.3)
+            summary = summary.with_figures(**effective_load(
+                [memory.prefix], getattr(workload, "rate", None),
+                getattr(workload, "mean_prefill", None), getattr(workload, "mean_decode", None),
+                budget, engine.latency))
         if isinstance(pol, Wait):  # its quotas should never let memory overflow
             summary = summary.with_figures(threshold_error=memory.preemptions)
     return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
