@@ -16,6 +16,9 @@ MODULES = {
     "llmqueue.engine.kv": 2,            # KV
     "llmqueue.models.workload": 7,      # renewal, poisson, compose
     "llmqueue.models.latency": 2,       # Staircase
+    "llmqueue.models.mooncake": 1,      # parse_line
+    "llmqueue.models.prefixes": 3,      # zipf_popularity, BlockIds, PrefixGroups
+    "llmqueue.models.sessions": 3,      # Sessions
     "llmqueue.theory.memory": 7,        # kv_area, mu_mem, lambda_joint, kv_bytes_per_token,
                                         # kv_capacity_tokens
     "llmqueue.theory.wait": 1,          # wait_thresholds

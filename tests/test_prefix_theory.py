@@ -1,7 +1,6 @@
 """Prefix caching in closed form (SPEC 10.4) against hand-worked cases, an
 independent root finder, SPEC E10.2's capacity and E10.1's [T] figures."""
 
-import json
 import math
 import os
 from types import SimpleNamespace
@@ -10,6 +9,7 @@ from typing import Hashable, NamedTuple, Optional, Tuple
 import pytest
 
 from llmqueue import theory
+from llmqueue.models.traces import read_trace
 from llmqueue.models.workload import Arrival
 from llmqueue.theory import prefix
 from llmqueue.theory.capacity import lambda_star
@@ -113,22 +113,13 @@ TRACES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
                       "shared", "traces", "mooncake")
 
 
-def mooncake(name):
-    """A tiny reader of Mooncake's JSONL: timestamp ms, input_length, hash_ids."""
-    with open(os.path.join(TRACES, name)) as handle:
-        for line in handle:
-            if line.strip():
-                row = json.loads(line)
-                yield req(row["timestamp"] / 1000, row["input_length"], tuple(row["hash_ids"]))
-
-
 @pytest.mark.parametrize("name, ideal", [("conversation_trace.jsonl", 0.3733),
                                          ("synthetic_trace.jsonl", 0.6504)])
 def test_e10_1_mooncake_ideal_hit_ratio(name, ideal):
     if not os.path.isfile(os.path.join(TRACES, name)):
         pytest.skip(f"{TRACES} holds no {name}")
-    assert prefix.ideal_hit_ratio(mooncake(name), hash_block=512) == pytest.approx(ideal,
-                                                                                   abs=5e-5)
+    requests = read_trace(os.path.join(TRACES, name)).workload()
+    assert prefix.ideal_hit_ratio(requests, hash_block=512) == pytest.approx(ideal, abs=5e-5)
 
 
 # --- Che's approximation ----------------------------------------------------------------

@@ -6,6 +6,8 @@ from llmqueue.models.arrivals import (ArrivalLaw, Gamma, Poisson, Renewal, Trace
                                       parse_arrival)
 from llmqueue.models.latency import (Constant, Interpolated, LatencyModel, Linear, Staircase,
                                      StepModel, tokens_time)
+from llmqueue.models.prefixes import PrefixGroups, zipf_popularity
+from llmqueue.models.sessions import Session, Sessions, Turn
 from llmqueue.models.sizes import (Empirical, Fixed, Geometric, LogNormal, Mixture, PoissonSize,
                                    SizeLaw, UniformInt, parse_size)
 from llmqueue.models.traces import Trace, read_csv, read_trace
@@ -13,7 +15,7 @@ from llmqueue.models.workload import Arrival, Workload, compose, from_list, pois
 
 __all__ = ["Arrival", "ArrivalLaw", "Constant", "Empirical", "Fixed", "Gamma", "Geometric",
            "Interpolated", "LatencyModel", "Linear", "LogNormal", "Mixture", "Poisson",
-           "PoissonSize", "Renewal", "SizeLaw", "Staircase", "StepModel", "Trace",
-           "TraceTimes", "UniformInt", "Workload", "arrival_law", "compose", "from_list",
-           "parse_arrival", "parse_size", "poisson", "read_csv", "read_trace", "renewal",
-           "tokens_time"]
+           "PoissonSize", "PrefixGroups", "Renewal", "Session", "Sessions", "SizeLaw",
+           "Staircase", "StepModel", "Trace", "TraceTimes", "Turn", "UniformInt", "Workload",
+           "arrival_law", "compose", "from_list", "parse_arrival", "parse_size", "poisson",
+           "read_csv", "read_trace", "renewal", "tokens_time", "zipf_popularity"]

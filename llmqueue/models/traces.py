@@ -1,6 +1,6 @@
 """Trace files: requests recorded elsewhere, read into a :class:`Trace`.
 
-Two formats, told apart by the header line:
+Two CSV formats, told apart by the header line:
 
 * generic: ``arrival,prefill,decode[,class]`` (seconds, tokens, tokens, a label);
 * Azure LLM inference 2023 (Patel et al., *Splitwise*, ISCA 2024):
@@ -8,9 +8,16 @@ Two formats, told apart by the header line:
   ``2023-11-16 18:17:03.9799600`` (seven fractional digits, which
   ``datetime.fromisoformat`` does not take before Python 3.11).  The arrival of
   a row is the seconds since the first row, computed with whole seconds and
-  fractions apart so no digit is lost; a row earlier than the first is an error.
+  fractions apart so no digit is lost; a row earlier than the first is an error;
 
-A malformed row is a ``ValueError`` naming the file and line.  The model needs
+and the Mooncake FAST'25 JSON Lines (SPEC 10.5, :mod:`llmqueue.models.mooncake`),
+read by default from a file named ``*.jsonl``: ``timestamp`` (ms) becomes the
+arrival in seconds, ``input_length`` the prompt, ``output_length`` the decode
+tokens and ``hash_ids`` the prompt's content ids (``Trace.blocks``, one per
+``hash_block`` = 512 tokens unless given), which its workload's arrivals carry.
+
+A malformed row (a malformed line of JSON) is a ``ValueError`` naming the file
+and line.  The model needs
 ``vd >= 1``: a row with 0 decode (generated) tokens is read, by default, as one
 decode token (``zero_decode="one"``: the request still had its prompt processed
 and, in the model, yields its first token); ``"drop"`` leaves such rows out and
@@ -28,18 +35,23 @@ from __future__ import annotations
 import datetime
 import re
 from dataclasses import dataclass, replace
-from typing import Hashable, List, Optional, Tuple
+from typing import Any, Callable, Hashable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from llmqueue.common import files, limits, validation
+from llmqueue.models import mooncake
 from llmqueue.models.arrivals import TraceTimes
+from llmqueue.models.prefixes import hash_block_size
 from llmqueue.models.sizes import Empirical
 from llmqueue.models.workload import Workload, from_list
 
 GENERIC = ["arrival", "prefill", "decode"]
 AZURE = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 ZERO_DECODE = ("one", "drop", "error")
+#: What ``read_trace(format=...)`` takes: ``"csv"`` is generic or Azure 2023 by the header.
+FORMATS = ("csv", "generic", "azure-2023", "mooncake")
+_Row = Tuple[float, int, int, Any]  # a parsed row: time, prefill, decode, class or hash ids
 _STAMP = re.compile(r"\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*$")
 
 
@@ -48,12 +60,14 @@ class Trace:
     """The requests of a trace file, in arrival order."""
 
     path: str
-    format: str                     # "generic" or "azure-2023"
+    format: str                     # "generic", "azure-2023" or "mooncake"
     times: np.ndarray               # seconds (Azure: since the first row)
     prefill: np.ndarray             # tokens
     decode: np.ndarray              # tokens, >= 1
     classes: Optional[List[Hashable]] = None
     zero_decode_rows: int = 0       # rows that had 0 decode tokens
+    blocks: Optional[List[Tuple[int, ...]]] = None  # each prompt's hash ids (Mooncake)
+    hash_block: Optional[int] = None  # tokens per id
 
     def __len__(self) -> int:
         return int(self.times.size)
@@ -74,7 +88,8 @@ class Trace:
                  speedup: float = 1.0) -> Workload:
         """Replay the first ``limit`` requests (all by default) with their own
         sizes; their times rescaled to ``rate`` per second, or divided by
-        ``speedup`` (which multiplies whatever rate they arrive at)."""
+        ``speedup`` (which multiplies whatever rate they arrive at).  A trace
+        with hash ids gives arrivals with ``blocks`` and ``hash_block``."""
         n = len(self) if limit is None else min(validation.positive_int("limit", limit), len(self))
         if n == 0:
             raise ValueError(f"path: {self.path} holds no requests")
@@ -92,68 +107,117 @@ class Trace:
         description = f"{n} requests of {self.path} ({self.format})" + (
             f" at {rate:g}/s" if rate is not None else "") + (
             f", {speedup:g}x faster" if speedup != 1.0 else "")
-        return replace(from_list(rows), description=description)
+        work = from_list(rows)  # in the trace's order: its times do not decrease
+        if self.blocks is not None:
+            listed = [a._replace(blocks=ids, hash_block=self.hash_block)
+                      for a, ids in zip(work, self.blocks[:n])]
+            work = replace(work, make=lambda: iter(listed), hash_block=self.hash_block)
+        return replace(work, description=description)
 
 
-def read_trace(path: str, zero_decode: str = "one") -> Trace:
-    """Read a generic or Azure 2023 trace file (see the module docstring)."""
+def read_trace(path: str, zero_decode: str = "one", format: Optional[str] = None,
+               hash_block: Optional[int] = None) -> Trace:
+    """Read a trace file (see the module docstring): ``format`` ``"csv"``
+    (generic or Azure 2023, told apart by the header; ``"generic"`` or
+    ``"azure-2023"`` insist on one) or ``"mooncake"`` (JSON Lines, with the
+    prompts' hash ids: ``Trace.blocks``, ``hash_block`` tokens per id, 512 by
+    default); by default ``"mooncake"`` for a name ending in ``.jsonl``, else
+    ``"csv"``."""
     validation.choice("zero_decode", zero_decode, ZERO_DECODE)
-    _check_rows(path)
+    name = files.file_name("path", path)
+    if format is None:
+        format = "mooncake" if name.lower().endswith(".jsonl") else "csv"
+    validation.choice("format", format, FORMATS)
+    if hash_block is not None:
+        if format != "mooncake":
+            raise ValueError(f"hash_block applies to Mooncake traces (format='mooncake'), "
+                             f"not to {format!r} ones; got hash_block={hash_block!r}")
+        hash_block = hash_block_size(hash_block)
+    _check_rows(path, header=format != "mooncake")
+    rows: List[_Row] = []
+    zeros = 0
     with files.open_text_input(path) as handle:
-        reader = files.csv_rows(handle, handle.name)
-        header = [h.strip() for h in next(reader, (1, []))[1]]
-        if header[:3] == GENERIC and len(header) in (3, 4):
-            kind, parse = "generic", _generic_row
-        elif header == AZURE:
-            kind, parse = "azure-2023", _azure_row
+        if format == "mooncake":
+            kind, classed = "mooncake", False
+            records: Iterator[Tuple[int, Any]] = ((line, text) for line, text in
+                                                  enumerate(handle, 1) if text.strip())
+            parse: Callable[[Any], _Row] = mooncake.parse_line
         else:
-            raise ValueError(f"{handle.name}:1: header must be arrival,prefill,decode[,class] or "
-                             f"TIMESTAMP,ContextTokens,GeneratedTokens (Azure 2023); "
-                             f"got {','.join(header)!r}")
-        rows: List[Tuple[float, int, int, Hashable]] = []
-        zeros = 0
-        origin: Optional[Tuple[int, float]] = None
-        for line, row in reader:
-            if not row or not "".join(row).strip():
-                continue
+            kind, classed, records, parse = _csv_records(handle, format)
+        for line, record in records:
             try:
-                if len(row) != len(header):
-                    raise ValueError(f"expected {len(header)} fields, got {len(row)}")
-                time, prefill, decode, klass, origin = parse(row, origin)
-                validation.nonnegative_int("prefill", prefill)
-                validation.nonnegative_int("decode", decode)
+                time, prefill, decode, extra = parse(record)
                 if decode == 0:
-                    if zero_decode == "error":
-                        raise ValueError("decode must be an integer >= 1, got 0 "
-                                         "(read with zero_decode='one' or 'drop')")
                     zeros += 1
-                    if zero_decode == "drop":
+                    if not _keep_zero(zero_decode, kind):
                         continue
                     decode = 1
             except ValueError as exc:
                 raise ValueError(f"{handle.name}:{line}: {exc}") from None
-            rows.append((time, prefill, decode, klass))
+            rows.append((time, prefill, decode, extra))
     rows.sort(key=lambda r: r[0])  # stable: equal times keep their order
-    classes = [r[3] for r in rows] if kind == "generic" and len(header) == 4 else None
+    extras = [r[3] for r in rows]
     return Trace(path, kind, np.array([r[0] for r in rows], dtype=float),
                  np.array([r[1] for r in rows], dtype=np.int64),
-                 np.array([r[2] for r in rows], dtype=np.int64), classes, zeros)
+                 np.array([r[2] for r in rows], dtype=np.int64), extras if classed else None,
+                 zeros, extras if kind == "mooncake" else None,
+                 (hash_block or mooncake.HASH_BLOCK) if kind == "mooncake" else None)
 
 
-def _check_rows(path: str) -> None:
-    """Refuse a trace of more request rows (rows after the header that are not
-    blank) than one run may bring, with :func:`limits.check_requests`'s
+def _keep_zero(zero_decode: str, kind: str) -> bool:
+    """Whether a row of 0 decode tokens is kept (as one token); ``"error"``
+    refuses it."""
+    if zero_decode == "error":
+        column = "output_length" if kind == "mooncake" else "decode"
+        raise ValueError(f"{column} must be an integer >= 1, got 0 "
+                         "(read with zero_decode='one' or 'drop')")
+    return zero_decode == "one"
+
+
+def _csv_records(handle: files.TextInput, format: str
+                 ) -> Tuple[str, bool, Iterator[Tuple[int, Any]], Callable[[Any], _Row]]:
+    """A CSV trace's kind (by its header), whether it has classes, its
+    non-blank rows with their line numbers, and the parser of a row."""
+    reader = files.csv_rows(handle, handle.name)
+    header = [h.strip() for h in next(reader, (1, []))[1]]
+    if header[:3] == GENERIC and len(header) in (3, 4):
+        kind, parse = "generic", _generic_row
+    elif header == AZURE:
+        kind, parse = "azure-2023", _AzureRows().parse
+    else:
+        raise ValueError(f"{handle.name}:1: header must be arrival,prefill,decode[,class] or "
+                         f"TIMESTAMP,ContextTokens,GeneratedTokens (Azure 2023); "
+                         f"got {','.join(header)!r}")
+    if format not in ("csv", kind):
+        raise ValueError(f"{handle.name}:1: format={format!r}, but the header is that of a "
+                         f"{kind!r} trace: {','.join(header)!r}")
+    width = len(header)
+
+    def checked(row: List[str]) -> _Row:
+        if len(row) != width:
+            raise ValueError(f"expected {width} fields, got {len(row)}")
+        return parse(row)
+
+    records = ((line, row) for line, row in reader if row and "".join(row).strip())
+    return kind, width == 4, records, checked
+
+
+def _check_rows(path: str, header: bool = True) -> None:
+    """Refuse a trace of more request rows (rows after the ``header`` that are
+    not blank) than one run may bring, with :func:`limits.check_requests`'s
     message, before any row is parsed.  Its line breaks are counted first: a
     file of no more lines than the limit is not counted again.  A file that
     cannot be read is left to the read, which names the file and line."""
     cap = limits.limit("max_requests", limits.MAX_REQUESTS)
-    rows = -1  # the header is no request
+    rows = -1 if header else 0  # the header is no request
     try:
         with files.open_text_input(path) as handle:
             if sum(part.count("\n") for part in iter(lambda: handle.read(1 << 20), "")) <= cap:
                 return  # rows after the header <= line breaks
         with files.open_text_input(path) as handle:
-            for _, row in files.csv_rows(handle, handle.name):
+            lines = (row for _, row in files.csv_rows(handle, handle.name)) if header else (
+                [line] for line in handle)
+            for row in lines:
                 rows += 1 if rows < 0 or "".join(row).strip() else 0
                 if rows > cap:
                     break
@@ -173,26 +237,32 @@ def _count(name: str, text: str) -> int:
     return validation.token_count(name, int(value))
 
 
-def _generic_row(row: List[str], origin: Optional[Tuple[int, float]]) -> tuple:
+def _generic_row(row: List[str]) -> _Row:
     try:
         time = float(row[0])
     except ValueError:
         raise ValueError(f"arrival must be a time in seconds, got {row[0]!r}") from None
     validation.time_point("arrival", time)
     klass = row[3].strip() if len(row) == 4 else None
-    return time, _count("prefill", row[1]), _count("decode", row[2]), klass, origin
+    return time, _count("prefill", row[1]), _count("decode", row[2]), klass
 
 
-def _azure_row(row: List[str], origin: Optional[Tuple[int, float]]) -> tuple:
-    whole, frac = parse_timestamp(row[0])
-    if origin is None:
-        origin = (whole, frac)
-    time = (whole - origin[0]) + (frac - origin[1])
-    if time < 0:
-        raise ValueError(f"TIMESTAMP {row[0].strip()!r} is earlier than the first row's; "
-                         "rows must be in time order")
-    return (time, _count("ContextTokens", row[1]), _count("GeneratedTokens", row[2]), None,
-            origin)
+class _AzureRows:
+    """Azure 2023 rows: seconds since the first row's timestamp."""
+
+    def __init__(self) -> None:
+        self.origin: Optional[Tuple[int, float]] = None
+
+    def parse(self, row: List[str]) -> _Row:
+        """One row as ``(time, prefill, decode, None)``."""
+        whole, frac = parse_timestamp(row[0])
+        if self.origin is None:
+            self.origin = (whole, frac)
+        time = (whole - self.origin[0]) + (frac - self.origin[1])
+        if time < 0:
+            raise ValueError(f"TIMESTAMP {row[0].strip()!r} is earlier than the first row's; "
+                             "rows must be in time order")
+        return time, _count("ContextTokens", row[1]), _count("GeneratedTokens", row[2]), None
 
 
 def parse_timestamp(text: str) -> Tuple[int, float]:

@@ -33,10 +33,9 @@ import numpy as np
 
 from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel
+# SPEC 10.4's Zipf shares live with the workloads that draw them; re-exported here
+from llmqueue.models.prefixes import zipf_popularity as zipf_popularity
 from llmqueue.theory.capacity import lambda_star
-
-#: Most prefix groups :func:`zipf_popularity` lists (a tuple of that many floats).
-MAX_GROUPS = 10**7
 
 
 # --- the ideal hit --------------------------------------------------------------------
@@ -304,23 +303,6 @@ def che_hit_ratio(rate: float, popularity: Sequence[float],
     """
     return che(rate, popularity, shared_blocks, unique_blocks_mean, capacity_blocks,
                hash_block, mean_prompt).hit_ratio
-
-
-def zipf_popularity(groups: int, s: float) -> Tuple[float, ...]:
-    """Zipf shares of ``groups`` prefix groups, ``p_g`` proportional to
-    ``g^(-s)`` for ``g = 1..groups``, normalised to sum 1 (``s >= 0``; 0 is
-    uniform).
-
-    Examples:
-        1 : 1/2 : 1/3 over their sum 11/6 is 6/11 : 3/11 : 2/11.
-
-        >>> tuple(round(p, 4) for p in zipf_popularity(3, 1.0))
-        (0.5455, 0.2727, 0.1818)
-    """
-    validation.positive_int("groups", groups, high=MAX_GROUPS)
-    s = validation.nonnegative_number("s", s)
-    weights = np.arange(1, groups + 1, dtype=float) ** -s
-    return tuple(float(x) for x in weights / math.fsum(weights))
 
 
 # --- capacity with hits ---------------------------------------------------------------
