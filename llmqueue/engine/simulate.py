@@ -18,9 +18,11 @@ from llmqueue.engine.kv_recorder import MemoryRecorder, memory_figures
 from llmqueue.engine.prefix_cache import prefix_request
 from llmqueue.engine.prefix_stats import effective_load
 from llmqueue.engine.processes import Engine
+from llmqueue.engine.sessions import feed_sessions
 from llmqueue.engine.recorder import Recorder
 from llmqueue.engine.results import Result
 from llmqueue.models.latency import LatencyModel
+from llmqueue.models.sessions import Sessions
 from llmqueue.models.workload import Arrival, Workload, as_workload
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
@@ -78,8 +80,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     elif getattr(workload, "count", None) is None:
         raise ValueError("horizon must be given for an endless arrival stream "
                          "(or give the workload a count)")
-    limits.check_requests(getattr(workload, "rate", None), horizon,
-                          getattr(workload, "count", None), getattr(workload, "initial", 0))
+    limits.check_requests(offered_rate(workload), horizon, requests_of(workload),
+                          getattr(workload, "initial", 0))
     if horizon is not None:  # after the request limit, which names an endless run's horizon
         validation.gap_seconds("horizon", horizon)
     validation.nonnegative_number("warmup", warmup)
@@ -107,7 +109,11 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     if shown:  # simulated seconds against the horizon, else arrivals against the count
         meter = progress.bar(horizon if horizon is not None else workload.count,
                              "s" if horizon is not None else "req", True, pol.name, False)
-    env.process(feed(env, engine, workload, until, meter))
+    sessions = None
+    if isinstance(workload, Sessions):  # closed loops (SPEC 10.5)
+        sessions = feed_sessions(env, engine.send, workload, until, on_end=engine.end_arrivals)
+    else:
+        env.process(feed(env, engine, workload, until, meter))
     if until is not None:
         origin = to_ticks(warmup)
         if origin:
@@ -134,7 +140,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         recorder.request_log.extend(engine.waiting)
     summary = recorder.summary(end, waiting=len(engine.waiting),
                                residents=len(engine.residents))
-    summary = summary.with_figures(**assess(summary, rate=getattr(workload, "rate", None),
+    if sessions is not None:
+        summary = summary.with_figures(**sessions.figures())
+    summary = summary.with_figures(**assess(summary, rate=offered_rate(workload),
                           mean_prefill=getattr(workload, "mean_prefill", None),
                           mean_decode=getattr(workload, "mean_decode", None),
                           work_conserving=pol.work_conserving, bmax=budget, kmax=kmax,
@@ -152,7 +160,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         summary = summary.with_figures(**memory_figures([recorder], end))
         if memory.prefix is not None:  # Theorem 2 at the prompt really computed (SPEC 10.3)
             summary = summary.with_figures(**effective_load(
-                [memory.prefix], getattr(workload, "rate", None),
+                [memory.prefix], offered_rate(workload),
                 getattr(workload, "mean_prefill", None), getattr(workload, "mean_decode", None),
                 budget, engine.latency))
         if isinstance(pol, Wait):  # its quotas should never let memory overflow
@@ -164,6 +172,24 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
                   recorder.latencies,
                   kv_log=memory.log if memory is not None else None,
                   kv_series=memory.series if memory is not None else None)
+
+
+def offered_rate(workload: Any) -> Optional[float]:
+    """Requests per second ``workload`` brings in the long run, where known
+    (sessions: theirs times their mean turns)."""
+    if isinstance(workload, Sessions):
+        return workload.request_rate
+    return getattr(workload, "rate", None)
+
+
+def requests_of(workload: Any) -> Optional[int]:
+    """How many requests ``workload`` brings, an upper bound where only its
+    law says (sessions: their turns' largest draw is not bounded, so their
+    count times a generous 8x the mean turns), ``None`` when endless."""
+    count = getattr(workload, "count", None)
+    if isinstance(workload, Sessions) and count is not None:
+        return int(count * 8 * (workload.mean_turns or 1))
+    return count
 
 
 def sample_windows(env: simpy.Environment, recorder: Recorder, edges: Iterable[int]

@@ -22,6 +22,7 @@ output ``vd_k`` has ``blocks`` = the ids of blocks ``j < floor(vp_k / H)`` and
 
 from __future__ import annotations
 
+import copy
 import itertools
 from typing import Callable, Iterator, NamedTuple, Optional, Tuple
 
@@ -42,10 +43,10 @@ class Turn(NamedTuple):
     """Prompt tokens: the whole transcript so far plus the new message."""
     decode: int
     """Decode tokens (>= 1)."""
-    blocks: Tuple[int, ...]
-    """Ids of the prompt's full hash blocks."""
-    out_blocks: Tuple[int, ...]
-    """Ids of the blocks its decode tokens complete."""
+    blocks: Optional[Tuple[int, ...]]
+    """Ids of the prompt's full hash blocks (``None``: :meth:`Sessions.without_ids`)."""
+    out_blocks: Optional[Tuple[int, ...]]
+    """Ids of the blocks its decode tokens complete (``None`` as ``blocks``)."""
     think: float
     """Seconds after the previous turn finishes (0 for the first turn)."""
 
@@ -144,6 +145,8 @@ class Sessions:
         """The seed of every draw."""
         self.hash_block = hash_block_size(hash_block)
         """Tokens per id (``H``)."""
+        self.ids = True
+        """Whether turns carry content ids (:meth:`without_ids`)."""
         self.mean_turns = decode_mean(self.turns)  # E[max(T, 1)], as decode sizes
         """Turns per session where known."""
         self.mean_decode = decode_mean(self.decode)
@@ -173,6 +176,14 @@ class Sessions:
     def __repr__(self) -> str:
         return f"Sessions({self.description})"
 
+    def without_ids(self) -> "Sessions":
+        """The same sessions with no content ids (for an engine without a
+        prefix cache, which refuses ids): every turn's sizes and times stay."""
+        plain = copy.copy(self)
+        plain.ids = False
+        plain.description = self.description + ", without prefix ids"
+        return plain
+
     def __iter__(self) -> Iterator[Session]:
         streams = [np.random.default_rng(s)
                    for s in np.random.SeedSequence(self.seed).spawn(6)]
@@ -193,6 +204,6 @@ class Sessions:
             last = prompts[-1] + sizes[-1][1]  # the whole transcript
             transcript = ids.blocks(group, last // h)
             yield Session(sid, start, group, tuple(
-                Turn(vp, vd, transcript[:vp // h], transcript[vp // h:(vp + vd) // h],
-                     think if k else 0.0)
+                Turn(vp, vd, transcript[:vp // h] if self.ids else None,
+                     transcript[vp // h:(vp + vd) // h] if self.ids else None, think if k else 0.0)
                 for k, (vp, (_, vd, think)) in enumerate(zip(prompts, sizes))))

@@ -72,6 +72,16 @@ class Workload:
     def __repr__(self) -> str:
         return f"Workload({self.description})"
 
+    def without_ids(self) -> "Workload":
+        """The same arrivals with no prefix-cache ids (SPEC 10.1), for an
+        engine without a prefix cache (which refuses ids)."""
+        def make() -> Iterator[Arrival]:
+            for a in self.make():
+                yield a._replace(blocks=None, out_blocks=None, hash_block=None) \
+                    if len(a) > 4 else a
+        return Workload(make, self.count, self.description + ", without prefix ids", self.rate,
+                        self.mean_prefill, self.mean_decode, self.initial)
+
 
 def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
             count: Optional[int] = None, seed: int = 0, klass: Hashable = None,
