@@ -110,7 +110,7 @@ def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
     (["run", "single", "--set", "bmax=lots"], "bmax must be an integer >= 1 or none"),
     (["run", "single", "--set", "colour=red"], "single has no parameter 'colour'"),
     (["run", "single", "--horizon", "-5"], "--horizon must be a number > 0"),
-    (["run", "trace"], "path must name a CSV file"),
+    (["run", "trace"], "path must name a trace file"),
     (["run", "trace", "--set", "path=/no/such.csv"], "cannot read"),
     (["run", "single", "--set", "vp=2000", "--set", "chunked=false"], "can never fit"),
     (["frobnicate"], "invalid choice"),

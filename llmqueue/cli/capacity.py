@@ -20,9 +20,10 @@ def cmd_capacity(args: argparse.Namespace) -> None:
     from llmqueue.experiments.base import engine_kwargs
     from llmqueue.experiments.capacity import memory_capacity, slot_figures
     from llmqueue.experiments.single import arrival_rate
-    from llmqueue.experiments.traffic import mean_sizes
+    from llmqueue.experiments.traffic import group_hit, mean_sizes
     from llmqueue.models.latency import tokens_time
     from llmqueue.theory import capacity as theory
+    from llmqueue.theory.prefix import lambda_star_cached, prefix_gain
     from llmqueue.theory.shapes import at_mean_context
     from llmqueue.theory.stability import predict, with_limits
     p = experiments.REGISTRY["single"].resolve(overrides(args.set, args.scheduler))
@@ -54,9 +55,20 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "fluid_slope": theory.fluid_slope(rate, bmax, vp, vd, seen),
            "approximate": seen is not latency,
            "params": p, "verdicts": verdicts}
-    memory = (memory_capacity(p, p["vp"], p["vd"], latency)
-              or slot_figures(p, p["vp"], p["vd"], latency, compute))
+    prefix_workload = p["prefix_groups"] is not None or p["sessions"] is not None
+    memory = {} if prefix_workload else (  # vp is then a suffix, or a turn's message
+        memory_capacity(p, p["vp"], p["vd"], latency)
+        or slot_figures(p, p["vp"], p["vd"], latency, compute))
     doc.update(memory)
+    hit = group_hit(p)
+    if hit is not None:  # every group's prefix cached: the prompt tokens left to compute
+        cached = lambda_star_cached(bmax, vp, vd, hit, seen)
+        doc.update(mean_hit=hit, lambda_star_cached=cached, load_cached=rate / cached,
+                   prefix_gain=prefix_gain(vp, vd, hit))
+        for verdict in verdicts.values():
+            verdict["predicted_cached"] = predict(
+                rate, vp - hit, vd, work_conserving=verdict["work_conserving"], bmax=bmax,
+                kmax=kmax, latency=latency)
     for verdict in verdicts.values():  # above a binding memory or slot bound: unstable
         verdict["predicted"] = with_limits(verdict["predicted"], rate, memory)
     if args.json:
@@ -77,12 +89,20 @@ def cmd_capacity(args: argparse.Namespace) -> None:
         print(memory_lines(doc) + "\n")
     elif "lambda_kmax" in doc:
         print(slot_lines(doc) + "\n")
-    print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no",
-                  "predicted": v["predicted"]} for n, v in verdicts.items()],
-                [("wc", "work-conserving", "{}"),
-                 ("predicted", "predicted (Theorem 2" + (
-                     ", memory)" if "mu_mem" in memory else ", slots)" if memory else ")"),
-                  "{}")]))
+    if hit is not None:
+        print(f"prefix cache    every group's {hit:g}-token head cached (its whole hash blocks): "
+              f"lambda*_c = (bmax / t_bmax) / (E[vp] - E[hit] + E[vd]) = "
+              f"{doc['lambda_star_cached']:.4g} req/s, {doc['prefix_gain']:.3g}x the capacity "
+              f"without it; load {doc['load_cached']:.4f}\n")
+    if prefix_workload:
+        print("(memory and slot figures are not computed for prefix workloads: run them)\n")
+    columns = [("wc", "work-conserving", "{}"),
+               ("predicted", "predicted (Theorem 2" + (
+                   ", memory)" if "mu_mem" in memory else ", slots)" if memory else ")"), "{}")]
+    if hit is not None:
+        columns.append(("predicted_cached", "with the prefix cache", "{}"))
+    print(table([{"label": n, "wc": "yes" if v["work_conserving"] else "no", **v}
+                 for n, v in verdicts.items()], columns))
 
 
 def _full_batch(seen: Any, bmax: int) -> str:

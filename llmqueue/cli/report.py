@@ -91,6 +91,24 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
         out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
                    f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
                    f"{s['verdict']}{theory}")
+    out.extend(prefix_notes(rows))
+    return out
+
+
+def prefix_notes(rows: Rows) -> List[str]:
+    """One line per run with a prefix cache: its hits, and Theorem 2 at the
+    prompt tokens really computed."""
+    out = []
+    for label, result in rows:
+        s = result.summary
+        if s.get("prefix_hit_ratio") is None:
+            continue
+        line = (f"{label}: prefix cache: {s['prefix_hit_ratio']:.1%} of the prompt tokens found "
+                f"cached at first starts, {s['evictions']} evictions")
+        if s.get("load_effective") is not None:
+            line += (f"; with these hits the load is {s['load_effective']:.3f} (capacity "
+                     f"{s['lambda_star_effective']:.4g} req/s)")
+        out.append(line)
     return out
 
 

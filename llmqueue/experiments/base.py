@@ -119,6 +119,9 @@ MEMORY_PARAMS: Dict[str, Param] = {
                           low=0.0),
     "kv_max_tokens": Param("int-or-none", None, "tokens kv_admission=peak reserves per request "
                            "(none: its vp + vd)", low=1),
+    "prefix": Param("bool", False, "prefix caching: requests whose prompts begin alike share "
+                    "those KV blocks (needs kv; workloads with prefix ids: prefix_groups, "
+                    "sessions, Mooncake traces)"),
 }
 # added after sweeps already drew run seeds from every parameter: at their
 # defaults they stay out of the seeds, so runs without memory keep their numbers
@@ -218,7 +221,7 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
               admission=p["kv_admission"], preemption=p["kv_preemption"],
               restart=p["kv_restart"], watermark=p["kv_watermark"],
               swap_tokens=p.get("kv_swap"), swap_seconds_per_token=p.get("kv_swap_cost", 0.0),
-              max_tokens=p.get("kv_max_tokens"))
+              max_tokens=p.get("kv_max_tokens"), prefix=p.get("prefix", False))
 
 
 def each_scheduler(params: Mapping[str, Any], schedulers: Sequence[str],

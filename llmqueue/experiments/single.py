@@ -11,7 +11,8 @@ from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
                                        register)
 from llmqueue.experiments.capacity import add_memory_capacity
-from llmqueue.experiments.traffic import WORKLOAD_PARAMS, size_param, workload_of
+from llmqueue.experiments.traffic import (PREFIX_PARAMS, WORKLOAD_PARAMS, sessions_of,
+                                          size_param, workload_of)
 
 
 def arrival_rate(params: Dict[str, Any]) -> float:
@@ -25,7 +26,11 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One row labelled by its scheduler."""
     p = params
     rate = arrival_rate(p)
-    workload = workload_of(p, options.seed or 0, rate=rate)
+    if p["sessions"] is not None:  # closed loops: their own rate
+        workload: Any = sessions_of(p, options.seed or 0)
+        rate = workload.request_rate
+    else:
+        workload = workload_of(p, options.seed or 0, rate=rate)
     kwargs = engine_kwargs(p)
     result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **kwargs,
                       **options.logs())
@@ -43,7 +48,7 @@ EXPERIMENT = register(Experiment(
             "rate": Param("float-or-none", None, "arrivals per second; overrides gap"),
             "vp": size_param(point_c.PREFILL, "prefill tokens per request"),
             "vd": size_param(point_c.DECODE, "decode tokens per request"),
-            "initial": WORKLOAD_PARAMS["initial"]},
+            "initial": WORKLOAD_PARAMS["initial"], **PREFIX_PARAMS},
     run=run,
     horizon=point_c.HORIZON,
     seeded=True,
