@@ -12,12 +12,10 @@ caches preempt (the run is then a different run, shown for scale).
 from __future__ import annotations
 
 import argparse
-import gc
-import time
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import llmqueue as q
-from benchmarks.bench import POINT_C, azure_like
+from benchmarks.bench import POINT_C, alternate, azure_like
 
 
 class Case(NamedTuple):
@@ -57,15 +55,10 @@ def timed(case: Case, rounds: int = 5) -> Tuple[float, float]:
     """Best wall times of ``case`` without and with its cache, the two runs
     alternating ``rounds`` times (a slow spell of a shared machine then hits
     both alike, and the best of each is its quiet-machine time)."""
-    best = [float("inf"), float("inf")]
-    for _ in range(rounds):
-        for i, kv in enumerate((None, case.kv)):
-            gc.collect()
-            start = time.perf_counter()
-            q.simulate(case.workload(), case.policy, bmax=case.bmax, kmax=case.kmax,
-                       horizon=case.horizon, kv=kv)
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best[0], best[1]
+    plain, memory = alternate([
+        lambda kv=kv: q.simulate(case.workload(), case.policy, bmax=case.bmax, kmax=case.kmax,
+                                 horizon=case.horizon, kv=kv) for kv in (None, case.kv)], rounds)
+    return plain, memory
 
 
 def main() -> None:

@@ -227,3 +227,31 @@ def test_reports_name_each_hit(tmp_path):
     plain = run([(0.0, 4, 1, None)], q.KV(num_blocks=13))
     plain.write_requests(str(path))
     assert path.read_text().splitlines()[0].endswith(",memory_area")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configurations(), st.booleans())
+def test_skip_ahead_gives_the_stepped_figures(config, sessions_like):
+    """Runs of identical iterations skipped as one (no entry made before the
+    last of them, none evicted) give every figure of a stepped run."""
+    rows = config["rows"]
+    h = config["h"]
+    arrivals = []
+    for t, vp, vd, ids in rows:  # half the cases: outputs with ids, as sessions have
+        out = tuple(f"{ids[-1]}-out{j}" for j in range(vd // h + 1)) if sessions_like else None
+        arrivals.append(Arrival(t, vp, vd, None, tuple(ids[:vp // h]), out, h))
+    w = Workload(lambda: iter(arrivals), len(arrivals), "skip")
+    runs = []
+    for skip in (True, False):
+        try:
+            runs.append(q.simulate(w, config["policy"], bmax=config["bmax"], kmax=config["kmax"],
+                                   kv=config["kv"], batches=True, requests=True,
+                                   skip_ahead=skip, check_invariants=False))
+        except Stalled:
+            return
+    skipped, stepped = runs
+    assert skipped.batch_log == stepped.batch_log and skipped.kv_log == stepped.kv_log
+    assert cached(skipped) == cached(stepped)
+    for key, value in stepped.summary.items():
+        if "wall" not in key:
+            assert skipped.summary[key] == value, key

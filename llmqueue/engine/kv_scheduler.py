@@ -29,9 +29,8 @@ are settled (SPEC 7.3 step 6):
 
 A run whose iterations only recompute lost tokens for longer than any
 recovery could take (more than eight times the residents' tokens) is a
-livelock, and raises :class:`Stalled` rather than loop forever.  (``vllm``
-with ``lazy`` admission and chunked prompts, where a new start's next chunk
-preempts itself, is no such case: the fallback decodes the others first.)
+livelock, and raises :class:`Stalled` rather than loop forever (not
+``vllm`` + ``lazy`` with chunks: the fallback decodes the others first).
 
 Skip-ahead (:func:`repeats`) runs ``k`` identical iterations as one only where
 memory provably cannot change them: the choice preempted nobody and
@@ -39,9 +38,10 @@ recomputed nothing, its new starts (if any) are prompts that later choices
 walk in the same place of the budget (a policy that charges decodes first),
 the decoders are all served when blocks hold more than one token, the
 started residents fitting all ``k`` allocations, and no KV moved to or from
-a swap pool nor any request swapped out; otherwise, and whenever
+a swap pool nor any request swapped out; under a prefix cache, no entry is
+made before the last iteration nor evicted; otherwise, and whenever
 ``check_invariants`` is on, every iteration is stepped.  Either way the
-figures are the same (``tests/test_kv_skip.py``).
+figures are the same (``tests/test_kv_skip.py``, ``test_prefix_engine.py``).
 """
 
 from __future__ import annotations
@@ -147,12 +147,9 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
     (:class:`SwapResidents`); ``drains``: the policy reads whether arrivals are
     over (``wait``), so the view must say so."""
     residents, kv, policy, budget = engine.residents, engine.kv, engine.policy, engine.budget
-    recorder = engine.recorder
-    prefill_first = engine.prefill_first
+    recorder, prefill_first, prefix = engine.recorder, engine.prefill_first, kv.prefix
     fcfs, one_phase = policy.starts_fcfs, not policy.mixed
-    prefix = kv.prefix
-    preempted = 0
-    fallback = False
+    preempted, fallback = 0, False
     while True:
         free = residents.free
         cap = min(budget, free * kv.block_size) if engine.fcfs else None
@@ -279,8 +276,7 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
     memory, kv = recorder.memory, engine.kv
     gpu_request = None
     check = engine.check_invariants
-    # a context model's runs step, and so do a prefix cache's (its entries change)
-    skip = engine.skip_ahead and not engine.contexts and not kv.prefix
+    skip = engine.skip_ahead and not engine.contexts  # a context model's runs: stepped
     cache = residents.cache if kv.prefix else None
     if cache is not None:
         residents.attach(env, recorder)
@@ -361,8 +357,13 @@ def memory_scheduler(engine) -> Generator[simpy.Event, object, None]:  # noqa: A
         k, grow = 1, 0  # type: Tuple[int, Growth]
         if skip and steady and not recomputed and not residents.redo:
             k = engine.repeats(plan, t)
+            if k > 1 and cache is not None:  # a quiet run: no entry made, none evicted
+                k = residents.quiet(plan, k)
             if k > 1:
+                hidden = cache.evictable * cache.m if cache is not None else 0
+                residents.free -= hidden  # a skipped run takes empty blocks only
                 k, grow = repeats(engine, plan, k, tokens, decode, listed)
+                residents.free += hidden
         recorder.start_run(start, t, k, plan, decode, prefill, requests, residents.demand)
         span = k * t
         announce = listed or start + span >= until  # a single iteration may reach it

@@ -150,6 +150,29 @@ class PrefixResidents(MemoryResidents):
                 self._outs[id(r)] = r
         return prefilled, finished
 
+    def quiet(self, plan: Plan, k: int) -> int:
+        """Skip-ahead under a prefix cache: how many of ``k`` iterations of
+        ``plan`` may run as one.  No served request may complete a hash block
+        it has an id for before the last of them (its entry could change what
+        a later choice sees; at the last is fine); the scheduler then bounds
+        them by the empty blocks alone, so that none is evicted."""
+        h = self.cache.hash_block
+        if h is not None:
+            for r, n in plan.prefill:
+                ids = getattr(r, "ids", None)
+                if ids:
+                    x = kv_tokens(r)
+                    if x // h < len(ids):  # it completes block x // h in iteration i
+                        k = min(k, -((x // h * h + h - x) // -n))
+            outs = self._outs
+            if outs:
+                for r in plan.decode:
+                    if id(r) in outs:
+                        x = kv_tokens(r)
+                        if x // h < len(r.ids):  # type: ignore[attr-defined]
+                            k = min(k, x // h * h + h - x)
+        return k
+
     def _settle(self, r: Request, n: int, cs: int) -> None:
         if r.seq >= UNSTARTED:  # unstarted: holds nothing, whatever its hit
             rec = r.memory
