@@ -16,9 +16,9 @@ from llmqueue.engine import KV, Diverged, Engine, RequestIgnored, Result, Stalle
 from llmqueue.hardware import GPU, Efficiency, ModelShape, Roofline, gpu, kv_capacity, model
 from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Gamma, Geometric,
                              Interpolated, LatencyModel, Linear, LogNormal, Mixture, Poisson,
-                             PoissonSize, Renewal, SizeLaw, Staircase, StepModel, Trace, TraceTimes,
-                             UniformInt, Workload, compose, from_list, poisson, read_csv,
-                             read_trace, renewal, tokens_time)
+                             PoissonSize, PrefixGroups, Renewal, Sessions, SizeLaw, Staircase,
+                             StepModel, Trace, TraceTimes, UniformInt, Workload, compose,
+                             from_list, poisson, read_csv, read_trace, renewal, tokens_time)
 from llmqueue.network import (JSQ, JobContext, JSQTokens, Network, NetworkResult, PowerOfTwo,
                               RandomRouter, RequestClass, RoundRobin, Router, by_class,
                               class_stream, job_summary, make_router, router_names, start_jobs)
@@ -29,6 +29,7 @@ from llmqueue.policies import (VLLM, ClassPriority, FasterTransformer, Orca, Pla
 from llmqueue.theory.fit import fit_linear, fit_staircase, read_samples
 from llmqueue.theory.memory import (kv_area, kv_bytes_per_token, kv_capacity_tokens, lambda_joint,
                                     mu_mem)
+from llmqueue.theory.prefix import che_hit_ratio, ideal_hit_ratio, lambda_star_cached
 from llmqueue.theory.wait import wait_thresholds
 from llmqueue.theory.slo import SLO
 
@@ -37,7 +38,8 @@ __all__ = [
     "Empirical", "Engine", "EngineSpec", "FasterTransformer", "Fixed", "GPU", "Gamma",
     "Geometric", "Interpolated", "JSQ", "JSQTokens", "JobContext", "KV", "LatencyModel",
     "Linear", "LogNormal", "Mixture", "ModelShape", "Network", "NetworkResult", "Orca",
-    "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo", "RandomRouter", "Renewal",
+    "Plan", "Poisson", "PoissonSize", "Policy", "PowerOfTwo", "PrefixGroups", "RandomRouter",
+    "Renewal", "Sessions", "che_hit_ratio", "ideal_hit_ratio", "lambda_star_cached",
     "Request", "RequestClass", "RequestIgnored", "Result", "Roofline", "RoundRobin", "Router",
     "SLO", "Sarathi", "SizeLaw", "Staircase", "Stalled", "StepFill", "StepModel", "Trace",
     "TraceTimes", "Traffic", "UniformInt", "VLLM", "Wait", "WholePrefill", "Workload", "by_class",
