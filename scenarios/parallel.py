@@ -45,7 +45,7 @@ def main() -> None:
           f"lambda* = {rate / params['load']:.2f} req/s ({rate:.2f} req/s), "
           f"horizon {parallel.HORIZON:.0f} s, seed {SEED}\n")
     rows = [(router, parallel.simulate_router(params, router, parallel.HORIZON, SEED).total)
-            for router in router_names()]
+            for router in router_names(cache_aware=False)]
     print(table([r.row(label) for label, r in rows], COLUMNS))
     save(plot_pending(rows, f"{params['engines']} engines (bmax {params['bmax']}) at "
                       f"{params['load']:.0%} of lambda* = {rate / params['load']:.2f} req/s: "

@@ -1,13 +1,15 @@
-"""Many engines on one clock: networks and pools of engines, routers, request
-classes and agent workflows (SPEC 6.3-6.4).  Imports the engine and the layers
-below it."""
+"""Many engines on one clock: networks and pools of engines, routers (the
+cache-aware ones of SPEC 10.6 too), request classes and agent workflows
+(SPEC 6.3-6.4).  Imports the engine and the layers below it."""
 
 from llmqueue.network.classes import RequestClass, by_class, class_stream
 from llmqueue.network.network import Network, NetworkResult
-from llmqueue.network.routers import (JSQ, JSQTokens, PowerOfTwo, RandomRouter, RoundRobin, Router,
+from llmqueue.network.routers import (JSQ, JSQTokens, PowerOfTwo, PrefixAffinity, PrefixScore,
+                                      RandomRouter, RoundRobin, Router, SessionSticky,
                                       make_router, router_names)
 from llmqueue.network.workflows import JobContext, job_summary, start_jobs
 
 __all__ = ["JSQ", "JSQTokens", "JobContext", "Network", "NetworkResult", "PowerOfTwo",
-           "RandomRouter", "RequestClass", "RoundRobin", "Router", "by_class",
-           "class_stream", "job_summary", "make_router", "router_names", "start_jobs"]
+           "PrefixAffinity", "PrefixScore", "RandomRouter", "RequestClass", "RoundRobin",
+           "Router", "SessionSticky", "by_class", "class_stream", "job_summary", "make_router",
+           "router_names", "start_jobs"]

@@ -3,19 +3,21 @@
 A :class:`Network` holds named :class:`~llmqueue.engine.Engine` objects, each
 with its own GPU resource, kmax pool, policy and latency model, and named
 *pools* of replicas behind a router.  Requests reach a target (an engine or a
-pool) from a workload (:meth:`Network.feed`) or from agent workflows
-(:mod:`llmqueue.workflows`); :meth:`Network.run` runs them all on one clock and
-returns a :class:`NetworkResult` with a :class:`~llmqueue.simulate.Result` per
-engine and one for the whole network.
+pool) from a workload (:meth:`Network.feed`), from multi-turn sessions
+(:meth:`Network.feed_sessions`) or from agent workflows
+(:mod:`llmqueue.workflows`); a pool's router reads the request it routes
+(:meth:`Network.send`: with its prefix ids and session, SPEC 10.6).
+:meth:`Network.run` runs them all on one clock and returns a
+:class:`~llmqueue.network.results.NetworkResult` with a
+:class:`~llmqueue.simulate.Result` per engine and one for the whole network.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Generator, Hashable, Iterable, List, Optional, Sequence,
-                    Tuple, TypeVar)
+                    Tuple)
 
-import numpy as np
 import simpy
 
 from llmqueue.common import limits, validation
@@ -23,38 +25,21 @@ from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import fail_quietly, later_this_instant, now_ticks, wait_until
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
-from llmqueue.engine.kv_recorder import KVBatch, MemoryRecorder, memory_figures
-from llmqueue.engine.kv_residents import MemoryResidents
+from llmqueue.engine.kv_recorder import MemoryRecorder
+from llmqueue.engine.prefix_cache import prefix_request
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
-from llmqueue.engine.results import Batch, Result, Summary
+from llmqueue.engine.results import Result
+from llmqueue.engine.sessions import SessionLog, feed_sessions
 from llmqueue.models.latency import LatencyModel
+from llmqueue.models.sessions import Session
 from llmqueue.models.workload import Arrival, as_workload
-from llmqueue.network.classes import by_class
+from llmqueue.network.results import NetworkResult, capacity, combine, engine_result, merge_series
 from llmqueue.network.routers import Router, make_router
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
-from llmqueue.theory import capacity as theory
-from llmqueue.theory.shapes import MeanContext, by_batch_size
 
-T = TypeVar("T")
-
-
-def capacity(engine: Engine) -> Optional[float]:
-    """Most tokens per second ``engine`` can serve, ``bmax / t_bmax`` (SPEC 6.2);
-    ``None`` without a budget.  A latency model not of the batch size alone
-    (the roofline) is read at the mix and mean contexts of the requests that
-    arrived (:class:`~llmqueue.theory.shapes.MeanContext`: a prefilled prompt
-    is context, not work), approximately; ``None`` before any arrived."""
-    if engine.bmax is None:
-        return None
-    latency = engine.latency
-    if not by_batch_size(latency):
-        count, prompt, prefill, decode = engine.recorder.sizes
-        if not count:
-            return None
-        latency = MeanContext(latency, prefill / count, decode / count, prompt / count)
-    return theory.token_capacity(engine.bmax, latency)
+__all__ = ["Network", "NetworkResult", "Pool", "capacity", "combine", "merge_series"]
 
 
 @dataclass
@@ -65,9 +50,13 @@ class Pool:
     members: List[Engine]
     router: Router
 
-    def route(self) -> Engine:
-        """The replica that takes a request arriving now."""
-        return self.members[self.router.choose(self.members)]
+    def __post_init__(self) -> None:
+        env = self.members[0].env
+        self.router.attach(lambda: now_ticks(env))  # routers that keep snapshots read time
+
+    def route(self, request: Optional[Request] = None) -> Engine:
+        """The replica that takes ``request``, arriving now."""
+        return self.members[self.router.choose(self.members, request)]
 
 
 class Network:
@@ -151,11 +140,12 @@ class Network:
         return self.engines[name]
 
     # -- traffic ---------------------------------------------------------
-    def route(self, target: str) -> Engine:
-        """The engine a request for ``target`` (an engine or a pool) goes to now."""
+    def route(self, target: str, request: Optional[Request] = None) -> Engine:
+        """The engine ``request`` (``None``: any) for ``target`` (an engine or
+        a pool) goes to now."""
         pool = self.pools.get(target)
         if pool is not None:
-            return pool.route()
+            return pool.route(request)
         if target in self.engines:
             return self.engines[target]
         raise ValueError(f"target must be one of {', '.join([*self.engines, *self.pools])}; "
@@ -164,39 +154,54 @@ class Network:
     def call(self, target: str, vp: int, vd: int, klass: Hashable = None,
              routed: Optional[Callable[[Engine], None]] = None, *,
              prefilled: bool = False) -> simpy.Event:
-        """Send a request to ``target`` now; the event fires with its
-        :class:`Request` when its last token is done, and ``routed`` (if
-        given) learns which engine took it.  ``prefilled``: its prompt's KV
-        arrives with it (:meth:`Engine.call`).
+        """Send a request of ``vp`` prefill and ``vd`` decode tokens to
+        ``target`` now: :meth:`send` of a new :class:`Request`.  ``prefilled``:
+        its prompt's KV arrives with it (:meth:`Engine.call`)."""
+        return self.send(target, Request(None, vp, vd, klass, prefilled=prefilled), routed)
+
+    def send(self, target: str, r: Request,
+             routed: Optional[Callable[[Engine], None]] = None) -> simpy.Event:
+        """Send the request ``r`` (made by the caller: a
+        :class:`~llmqueue.engine.prefix_cache.PrefixRequest` carries its ids
+        to the router and the engine) to ``target`` now; the event fires with
+        ``r`` when its last token is done, or fails with
+        :class:`~llmqueue.engine.errors.RequestIgnored` if it can never fit
+        the engine's cache; ``routed`` (if given) learns which engine took it.
+        A request without an id (``rid`` None) gets the engine's arrival
+        number, as :meth:`Engine.call` numbers them.
 
         A pool routes the request once everything else of this instant has
         happened (iteration ends, releases, admissions), so its router reads
         settled engines, and before any engine chooses its next batch."""
         if target not in self.pools:
-            engine = self.route(target)
-            if routed is not None:
-                routed(engine)
-            return engine.call(vp, vd, klass, prefilled=prefilled)
+            return self._submit(self.route(target), r, routed)
         done = self.env.event()
 
-        def send(_: simpy.Event) -> None:
-            engine = self.route(target)
-            if routed is not None:
-                routed(engine)
+        def finish(finished: simpy.Event) -> None:
+            if finished.ok:
+                done.succeed(finished.value)
+            else:  # it can never fit the engine's cache (Engine.send)
+                fail_quietly(done, finished.value)  # type: ignore[arg-type]
 
-            def finish(finished: simpy.Event) -> None:
-                if finished.ok:
-                    done.succeed(finished.value)
-                else:  # it can never fit the engine's cache (Engine.call)
-                    fail_quietly(done, finished.value)  # type: ignore[arg-type]
+        def go(_: simpy.Event) -> None:
+            self._submit(self.route(target, r), r, routed).callbacks.append(finish)
 
-            engine.call(vp, vd, klass, prefilled=prefilled).callbacks.append(finish)
-
-        later_this_instant(self.env, ROUTING).callbacks.append(send)
+        later_this_instant(self.env, ROUTING).callbacks.append(go)
         return done
 
+    @staticmethod
+    def _submit(engine: Engine, r: Request, routed: Optional[Callable[[Engine], None]]
+                ) -> simpy.Event:
+        if routed is not None:
+            routed(engine)
+        if r.rid is None:
+            r.rid = engine.recorder.arrivals
+        return engine.send(r)
+
     def feed(self, target: str, arrivals: Iterable[Arrival]) -> None:
-        """Send the arrivals of a workload to ``target`` at their times."""
+        """Send the arrivals of a workload to ``target`` at their times (those
+        with ids as :class:`~llmqueue.engine.prefix_cache.PrefixRequest`
+        objects, SPEC 10.1, which a pool's router reads)."""
         self.route(target)  # fail now on an unknown name
         arrivals = as_workload(arrivals)  # a plain list of rows too
         self.source(getattr(arrivals, "rate", None), getattr(arrivals, "count", None),
@@ -208,7 +213,24 @@ class Network:
         for arrival in arrivals:
             if not (yield from wait_until(self.env, arrival[0], self.until, "arrival times")):
                 return
-            self.call(target, arrival[1], arrival[2], arrival[3] if len(arrival) > 3 else None)
+            self.send(target, prefix_request(None, *arrival[1:7]))
+
+    def feed_sessions(self, target: str, sessions: Iterable[Session]) -> SessionLog:
+        """Play multi-turn sessions (SPEC 10.5: scripts such as a
+        :class:`~llmqueue.models.sessions.Sessions`) into ``target``: each
+        turn is :meth:`sent <send>` when it comes (a pool routes it with its
+        ids and ``session``: ``session-sticky`` keeps a session on one
+        replica), the next turn ``think`` seconds after it finishes.  Returns
+        the :class:`~llmqueue.engine.sessions.SessionLog` that counts what the
+        sessions do as the run goes.  Turns are numbered from 0 in the order
+        they are sent, over all the sessions of this call.  A turn due at or
+        after the run's horizon is never sent (the run has ended: that
+        session stays ``open``)."""
+        self.route(target)  # fail now on an unknown name
+        count, turns = getattr(sessions, "count", None), getattr(sessions, "mean_turns", None)
+        self.source(getattr(sessions, "request_rate", None),
+                    None if count is None else round(count * (turns or 1)))
+        return feed_sessions(self.env, lambda r: self.send(target, r), sessions, self.until)
 
     def combine(self, names: Sequence[str]) -> Result:
         """After :meth:`run`: the engines ``names`` (or a pool's name) as one Result."""
@@ -248,7 +270,7 @@ class Network:
         while self.until is None and self._drain():
             self.env.run()
         end = self.until if self.until is not None else now_ticks(self.env)
-        results = {name: _engine_result(e, end) for name, e in self.engines.items()}
+        results = {name: engine_result(e, end) for name, e in self.engines.items()}
         self.end = end
         total = combine(list(self.engines.values()), end)
         return NetworkResult(results, total, end)
@@ -266,132 +288,3 @@ class Network:
         return bool(idle)
 
 
-def _engine_result(engine: Engine, end: int) -> Result:
-    recorder = engine.recorder
-    recorder.close(end)
-    if isinstance(engine.residents, MemoryResidents):
-        engine.residents.book_areas()
-    log = _kept(recorder.request_log)
-    log.extend(engine.residents)
-    log.extend(engine.waiting)
-    summary = recorder.summary(end, waiting=len(engine.waiting),
-                               residents=len(engine.residents))
-    summary = summary.with_figures(**_load(summary, capacity(engine), recorder))
-    params = {"engine": engine.name, "scheduler": engine.policy.name, "bmax": engine.bmax,
-              "kmax": engine.kmax, "latency": repr(engine.latency)}
-    memory = recorder.memory
-    if memory is not None:
-        params["kv"] = repr(engine.kv)
-        summary = summary.with_figures(**memory_figures([recorder], end))
-    return Result(summary, params, recorder.batch_log, recorder.request_log, recorder.series,
-                  kv_log=memory.log if memory is not None else None)
-
-
-def _load(summary: Summary, cap: Optional[float], recorder: Recorder
-          ) -> Dict[str, Optional[float]]:
-    """Offered token rate (tokens that arrived per second) against capacity."""
-    seconds = summary["duration"]
-    arrived = recorder.decode_tokens + recorder.prefill_tokens + recorder.backlog
-    offered = arrived / seconds if seconds else None
-    return {"capacity_tokens_per_s": cap, "offered_tokens_per_s": offered,
-            "load": offered / cap if cap and offered is not None else None}
-
-
-_ADDITIVE = ("arrivals", "completed", "pending", "backlog", "_pending_area", "_backlog_area",
-             "batches", "decode_batches", "decode_tokens", "prefill_tokens", "mixed",
-             "decode_only", "prefill_only", "busy", "wc_violations")
-
-
-def combine(engines: List[Engine], end: int) -> Result:
-    """Several engines (of a finished run) as one Result: sums of their counts and
-    integrals, maxima of the summed pending/backlog series, pooled latencies;
-    ``busy_fraction`` is the mean over engines and ``load`` is against the
-    summed capacity.  Its request and batch logs are the engines' merged (request
-    ids are per engine, so they repeat across engines)."""
-    total = Recorder(1)
-    for engine in engines:
-        rec = engine.recorder
-        for key in _ADDITIVE:
-            setattr(total, key, getattr(total, key) + getattr(rec, key))
-        total.ttft.extend(rec.ttft)
-        total.tpot.extend(rec.tpot)
-        total.e2e.extend(rec.e2e)
-    series = merge_series([_kept(e.recorder.series) for e in engines])
-    held = [row for row in series if row[0] < end]
-    total.pending_max = max([p for _, p, _ in held] + [total.pending])
-    total.backlog_max = max([b for _, _, b in held] + [total.backlog])
-    waiting = sum(len(e.waiting) for e in engines)
-    residents = sum(len(e.residents) for e in engines)
-    summary = total.summary(end, waiting=waiting, residents=residents)
-    if summary.busy_fraction is not None:
-        summary = summary.with_figures(busy_fraction=summary.busy_fraction / len(engines))
-    caps = [capacity(e) for e in engines]
-    known = [c for c in caps if c is not None]
-    cap = None if len(known) < len(caps) else sum(known)
-    summary = summary.with_figures(**_load(summary, cap, total))
-    caches = [e for e in engines if e.kv is not None]
-    if caches:  # the engines with a cache together (ignored requests close the count)
-        summary = summary.with_figures(**memory_figures([e.recorder for e in caches], end))
-    requests: List[Request] = [r for e in engines for r in _kept(e.recorder.request_log)]
-    batches, kv_log = _batches(engines)
-    return Result(summary, {"engines": [e.name for e in engines]}, batches, requests, series,
-                  kv_log=kv_log)
-
-
-def _batches(engines: Sequence[Engine]) -> Tuple[Optional[List[Batch]], Optional[List[KVBatch]]]:
-    """The engines' batch logs merged by start time (``None`` unless every engine
-    keeps one), and, when every engine has a cache, their KV rows beside them."""
-    logs = [e.recorder.batch_log for e in engines]
-    kv_logs = [e.recorder.memory.log if e.recorder.memory is not None else None
-               for e in engines]
-    kept = [log for log in logs if log is not None]
-    if len(kept) < len(logs):
-        return None, None
-    kv_kept = [kvs for kvs in kv_logs if kvs is not None]
-    if len(kv_kept) < len(kv_logs):
-        return sorted((row for log in kept for row in log), key=lambda row: row[0]), None
-    rows = sorted((pair for log, kvs in zip(kept, kv_kept) for pair in zip(log, kvs)),
-                  key=lambda pair: pair[0][0])
-    return [row for row, _ in rows], [kv for _, kv in rows]
-
-
-def _kept(log: Optional[List[T]]) -> List[T]:
-    """A log every engine of a network keeps (:meth:`Network.add_engine` asks
-    its recorder for the request log and the series)."""
-    assert log is not None
-    return log
-
-
-def merge_series(parts: Sequence[List[Tuple[int, int, int]]]) -> List[Tuple[int, int, int]]:
-    """The sum of several ``(time, pending, backlog)`` step functions, a row at
-    each time any of them changes."""
-    arrays = [np.array(p, dtype=np.int64).reshape(-1, 3) for p in parts]
-    times = np.unique(np.concatenate([a[:, 0] for a in arrays]))
-    pending = np.zeros(len(times), dtype=np.int64)
-    backlog = np.zeros(len(times), dtype=np.int64)
-    for a in arrays:
-        if not len(a):
-            continue
-        idx = np.searchsorted(a[:, 0], times, side="right") - 1
-        seen = idx >= 0
-        pending[seen] += a[idx[seen], 1]
-        backlog[seen] += a[idx[seen], 2]
-    return list(zip(times.tolist(), pending.tolist(), backlog.tolist()))
-
-
-@dataclass
-class NetworkResult:
-    """What a network run produced: a Result per engine and one in total."""
-
-    engines: Dict[str, Result]
-    total: Result
-    end: int
-
-    def rows(self, prefix: str = "") -> List[Tuple[str, Result]]:
-        """``(label, Result)`` rows for the CLI: each engine, then ``total``."""
-        return [(prefix + name, r) for name, r in self.engines.items()] + \
-            [(prefix + "total", self.total)]
-
-    def by_class(self) -> Dict[Hashable, Dict[str, Any]]:
-        """Per-class figures over every request of the network."""
-        return by_class(_kept(self.total.request_log), self.end)
