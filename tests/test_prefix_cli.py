@@ -82,3 +82,15 @@ def test_bad_prefix_input_is_one_line_and_exit_code_2(argv, fragment):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def test_the_chrome_trace_marks_each_hit(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    main(["run", "single", "--set", "kv=200000", "--set", "kv_block=16", "--set", "prefix=on",
+          "--set", "prefix_groups=2", "--set", "shared=64", "--set", "vp=16", "--set", "vd=4",
+          "--set", "rate=2", "--horizon", "5", "--chrome-trace", str(path)])
+    capsys.readouterr()
+    hits = [e["args"] for e in json.loads(path.read_text())["traceEvents"]
+            if e["name"] == "prefix hit"]
+    # 64 shared tokens of 16-token blocks: every request after its group's first hits 64
+    assert hits and all(h["cached_tokens"] == 64 for h in hits)

@@ -152,13 +152,15 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.max_pending is not None:
         validation.positive_int("--max-pending", args.max_pending)
     args.plot = args.plot and files.figure_path(args.plot, "--plot")  # the file written
+    hits = bool(args.chrome_trace and params.get("prefix"))  # a trace's hits: the request log
     options = RunOptions(horizon=args.horizon, seed=args.seed,
                          batches=bool(args.batches or args.chrome_trace),
-                         requests=bool(args.requests),
+                         requests=bool(args.requests or hits),
                          timeseries=bool(args.timeseries or args.plot),
                          max_pending=args.max_pending)
     implied = {"batches": "--chrome-trace" if args.chrome_trace and not args.batches else "",
-               "timeseries": "--plot" if args.plot and not args.timeseries else ""}
+               "timeseries": "--plot" if args.plot and not args.timeseries else "",
+               "requests": "--chrome-trace" if hits and not args.requests else ""}
     experiment.check_options(options, {k: flag for k, flag in implied.items() if flag})
     written, inputs = experiments.files_named(overrides(args.set, None).items())
     files.check_outputs(_outputs(args, [""]) + written, inputs)
