@@ -1,10 +1,13 @@
-"""What the two reference steppers (:mod:`~llmqueue.engine.reference`, and
-:mod:`~llmqueue.engine.reference_kv` with a KV cache) share: their settings
-and the line of requests still to arrive."""
+"""What the reference steppers (:mod:`~llmqueue.engine.reference`,
+:mod:`~llmqueue.engine.reference_kv` with a KV cache, and
+:mod:`~llmqueue.engine.reference_prefix` with a prefix cache on top) share:
+their settings, the line of requests still to arrive, and the points where
+the KV stepper consults a prefix cache (:class:`NoCache`)."""
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable, Deque, Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED, to_ticks
@@ -13,6 +16,31 @@ from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.policies.builtin import Policy
 from llmqueue.policies.view import Plan, Request
+
+
+@dataclass
+class Memory:
+    """One request's memory state and record in the reference (``Request.memory``)."""
+
+    key: Tuple[int, ...] = (2, 0)
+    """Its order key (SPEC 7.2); ``key[0] == 0`` while it is started."""
+    preemptions: int = 0
+    """Times it was preempted."""
+    recomputed: int = 0
+    """Tokens it processed at positions it had processed before."""
+    high: int = 0
+    """The most KV tokens it held before a preemption."""
+    area: int = 0
+    """Σ over iterations of its KV after allocation."""
+    ignored: bool = False
+    """Rejected on arrival: it can never fit (SPEC 7.1)."""
+    swaps: int = 0
+    """Of its preemptions, those that moved its KV to the swap pool."""
+
+
+def kv_of(r: Request) -> int:
+    """Tokens ``r`` processed in its current incarnation (its KV, SPEC 7.1)."""
+    return r.vp + r.vd - r.prefill_left - r.decode_left
 
 
 class Settings(NamedTuple):
@@ -94,6 +122,46 @@ def serve(plan: Plan, end: int) -> None:
 
 #: ``arrive_until(limit, inclusive)``: a stepper's intake of the requests due by ``limit``.
 Intake = Callable[[int, bool], None]
+
+
+class NoCache:
+    """The prefix-cache hooks of the KV reference stepper, doing nothing: SPEC 7
+    alone.  :class:`~llmqueue.engine.reference_prefix.PrefixCache` fills them
+    in with SPEC 10.2 (times in ticks, blocks in KV blocks)."""
+
+    def begin(self, line: Deque[Request]) -> None:
+        """Take note of the requests due (``line``, numbered by position)."""
+
+    def arrive(self, r: Request) -> None:
+        """``r`` arrives (before its admission or rejection)."""
+
+    def more(self) -> bool:
+        """Whether requests the line does not list yet may still arrive."""
+        return False
+
+    def peek(self, unstarted: Sequence[Request]) -> None:
+        """Before a proposal: show each unstarted resident's prompt less its hit."""
+
+    def shared(self, holders: Sequence[Request]) -> int:
+        """Blocks that ``holders`` count more than once (their common entries):
+        the blocks in use are the sum of theirs less this."""
+        return 0
+
+    def start(self, r: Request, now: int) -> None:
+        """The gate started ``r`` at ``now``."""
+
+    def settle(self, free: int, now: int) -> None:
+        """A batch was chosen at ``now``, leaving ``free`` blocks (empty or evictable)."""
+
+    def serve(self, plan: Plan, end: int) -> None:
+        """Apply one iteration of ``plan`` ending at ``end``."""
+        serve(plan, end)
+
+    def release(self, r: Request, now: int) -> None:
+        """``r`` was preempted at ``now`` (its new prompt in ``prefill_left``)."""
+
+    def finish(self, r: Request, end: int) -> None:
+        """``r`` finished at ``end`` (its progress applied)."""
 
 
 def next_choice(now: int, residents: Sequence[Request], line: Deque[Request],

@@ -40,21 +40,26 @@ are recomputed); while any is swapped the policy sees the started residents
 only (no new starts); after a pass 1 that preempted nobody they come back,
 oldest swap-out first, each with its next item, as the latest starts; the KV
 moved at a choice costs ``swap_seconds_per_token`` each, added to the iteration.
+
+A prefix cache (SPEC 10, ``cache``: :mod:`~llmqueue.engine.reference_prefix`)
+plugs in at the hooks of :class:`~llmqueue.engine.reference_common.NoCache`;
+the free blocks are recounted from the residents at every step, less the
+blocks their common entries count twice (``cache.shared``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.errors import Stalled
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_recorder import KVBatch
-from llmqueue.engine.reference_common import (arriving, incoming, iteration_end, logged,
-                                               next_choice, price, serve, settings)
+from llmqueue.engine.reference_common import (Memory, NoCache, arriving, incoming,
+                                               iteration_end, kv_of, logged, next_choice, price,
+                                               settings)
 from llmqueue.engine.results import Batch
 from llmqueue.models.context import BatchContext
 from llmqueue.models.latency import LatencyModel
@@ -62,26 +67,6 @@ from llmqueue.policies.builtin import Policy
 from llmqueue.policies.view import FRESH, IDLE, PREEMPTED, Plan, Request, SimpleView
 
 Item = Tuple[Request, int, bool]  # (resident, tokens, is a decode)
-
-
-@dataclass
-class Memory:
-    """One request's memory state and record in the reference (``Request.memory``)."""
-
-    key: Tuple[int, ...] = (2, 0)
-    """Its order key (SPEC 7.2); ``key[0] == 0`` while it is started."""
-    preemptions: int = 0
-    """Times it was preempted."""
-    recomputed: int = 0
-    """Tokens it processed at positions it had processed before."""
-    high: int = 0
-    """The most KV tokens it held before a preemption."""
-    area: int = 0
-    """Σ over iterations of its KV after allocation."""
-    ignored: bool = False
-    """Rejected on arrival: it can never fit (SPEC 7.1)."""
-    swaps: int = 0
-    """Of its preemptions, those that moved its KV to the swap pool."""
 
 
 class KVReference(NamedTuple):
@@ -106,16 +91,13 @@ def public_seq(key: Tuple[int, ...]) -> int:
     return FRESH + key[1]
 
 
-def kv_of(r: Request) -> int:
-    """Tokens ``r`` processed in its current incarnation (its KV, SPEC 7.1)."""
-    return r.vp + r.vd - r.prefill_left - r.decode_left
-
-
 def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                      bmax: Optional[int] = 128, kmax: Optional[int] = 100,
                      latency: Optional[LatencyModel] = None,
-                     horizon: Optional[float] = None) -> KVReference:
+                     horizon: Optional[float] = None, cache: Optional[NoCache] = None
+                     ) -> KVReference:
     """Step the model of SPEC 7 with the cache ``kv``; see the module docstring."""
+    cache = cache or NoCache()
     latency, policy, budget, slots, until = settings(policy, bmax, kmax, latency, horizon)
     if not policy.budgeted:
         budget = UNLIMITED  # WAIT ignores bmax (SPEC 7.5)
@@ -157,6 +139,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         return ceil_blocks(after) - (ceil_blocks(held(r)) if started(r) else 0)
 
     line = incoming(arrivals, until)
+    cache.begin(line)
     for r in line:
         r.memory = Memory()
     everyone = list(line)
@@ -179,6 +162,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
 
     def arrive_until(limit: int, inclusive: bool) -> None:
         for r in arriving(line, limit, inclusive):
+            cache.arrive(r)
             if (kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens) \
                     or ceil_blocks(r.vp + r.vd) > blocks - reserve:
                 r.memory.ignored = True  # never fits (SPEC 7.1)
@@ -216,16 +200,24 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 r.prefill_left, r.decode_left = r.vp + decoded, r.vd - decoded
             else:
                 r.prefill_left, r.decode_left = r.vp, r.vd
+            cache.release(r, now)
+
+    def room(holders: List[Request], spent: int) -> int:
+        """Blocks free (empty or evictable) with ``holders`` holding KV (or, not
+        yet started, their hits) and ``spent`` more blocks taken."""
+        return (blocks - spent - sum(ceil_blocks(held(r)) for r in holders if started(r))
+                + cache.shared(holders))
 
     def gate(proposal: Plan) -> Tuple[Plan, List[Request], List[Request]]:
         """SPEC 7.3 steps 2-3: the accepted plan, the victims, the new starts."""
         decodes: List[Item] = [(r, 1, True) for r in proposal.decode]
         chunks: List[Item] = [(r, n, False) for r, n in proposal.prefill]
         items = chunks + decodes if policy.prefill_first else decodes + chunks
-        free = blocks - sum(ceil_blocks(held(r)) for r in residents if started(r))
-        left = budget
+        holders = [r for r in residents if started(r)]
+        left, spent = budget, 0  # tokens of budget left, blocks taken
         accepted: Dict[int, int] = {}
         victims: List[Request] = []
+        starts: List[Request] = []
         for r, n, decode in [item for item in items if started(item[0])]:  # pass 1
             if r in victims:
                 continue
@@ -236,21 +228,19 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                     continue
                 n = left
             wanted = need(r, n, decode)
-            while free < wanted:
+            while room([s for s in holders if s not in victims], spent) < wanted:
                 if kv.preemption == "none":
                     raise ValueError("KV cache full with preemption='none'")
-                victim = max((s for s in residents if started(s) and id(s) not in accepted
+                victim = max((s for s in holders if id(s) not in accepted
                               and s not in victims), key=lambda s: s.memory.key)
                 victims.append(victim)
-                free += ceil_blocks(held(victim))
                 if victim is r:
                     break
             if r in victims:
                 break
-            free -= wanted
+            spent += wanted
             left -= n
             accepted[id(r)] = n
-        starts: List[Request] = []
         if not victims:
             fresh = [item for item in items if not started(item[0])]
             # pass 2: the preempted first (by key: decodes and chunks merged), then the
@@ -273,16 +263,16 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                         continue
                     n = left
                 wanted = need(r, n, decode)
-                if free - wanted < reserve:
+                if room(holders + starts + [r], spent + wanted) < reserve:
                     break
-                free -= wanted
+                spent += wanted
                 left -= n
                 accepted[id(r)] = n
                 starts.append(r)
         plan = Plan([r for r in proposal.decode if id(r) in accepted],
                     [(r, accepted[id(r)]) for r, _ in proposal.prefill if id(r) in accepted])
         if not victims and swapped:
-            plan = swap_in(plan, left, free)
+            plan = swap_in(plan, left, room(holders + starts, spent))
         return plan, victims, starts
 
     def swap_in(plan: Plan, left: int, free: int) -> Plan:
@@ -317,8 +307,9 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         preempted = 0
         fallback = False
         while True:
+            cache.peek([r for r in residents if not started(r)])
             order = [r for r in ordered() if started(r) or not (fallback or swapped)]
-            draining = not line and not more or len(residents) >= slots
+            draining = not (line or more or cache.more()) or len(residents) >= slots
             view = SimpleView([r for r in order if r.prefill_left == 0],
                               [r for r in order if r.prefill_left > 0], draining=draining)
             proposal = policy(view, UNLIMITED)
@@ -332,6 +323,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 for r in starts:
                     r.memory.key = (0, counter["start"])
                     counter["start"] += 1
+                    cache.start(r, now)
                 return plan, preempted, len(starts)
             if not fallback and any(started(r) for r in residents) and (
                     not victims or not policy.mixed):
@@ -360,6 +352,9 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             now = line[0].arrival
             continue
         plan, preempted, new = chosen
+        cache.settle(room([r for r in residents if started(r)],
+                          sum(need(r, 1, True) for r in plan.decode)
+                          + sum(need(r, n, False) for r, n in plan.prefill)), now)
         decode, prefill, requests, t = price(latency, plan, context)
         shares = [(r, 1 if kv_of(r) < r.memory.high else 0) for r in plan.decode] + [
             (r, max(0, min(kv_of(r) + n, r.memory.high) - kv_of(r))) for r, n in plan.prefill]
@@ -376,13 +371,14 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
         served = list(residents)
         for r, over in shares:
             r.memory.recomputed += over
-        serve(plan, end)
+        cache.serve(plan, end)
         in_use = [r for r in served if started(r)]
         kv_log.append(KVBatch(sum(kv_of(r) for r in in_use),
-                              sum(ceil_blocks(held(r)) for r in in_use),
-                              preempted, recomputed, new))
-        for r in served:
-            r.memory.area += 0 if r in swapped else kv_of(r)
+                              blocks - room(in_use, 0), preempted, recomputed, new))
+        for r in in_use:
+            r.memory.area += kv_of(r)
+            if r.finished is not None:
+                cache.finish(r, end)
         residents = [r for r in residents if r.finished is None]
         while waiting and len(residents) < slots:
             admit(waiting.popleft(), end)
