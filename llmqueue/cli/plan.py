@@ -11,6 +11,12 @@ The engine and workload are ``--set`` parameters of ``run single``
 (``kv=TOKENS|auto``, ...), which add the memory bound ``lambda_kv``.  ``--tbt``
 gates each request's largest inter-token gap.  An SLO infeasible at zero load
 is a statement, not an error (exit 0).
+
+Prefix groups (``prefix_groups=G``, ``shared=S``, ``zipf=s``, ``hash_block=H``,
+with ``vp`` the suffix law) give prompts shared heads; with ``prefix=on`` (and
+``kv``) the probes run a prefix cache on requests with content ids and the
+bounds read the effective prompt (:mod:`llmqueue.planning.hits`).  Sessions
+are refused: see :data:`SESSIONS`.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from llmqueue.cli import settings
 from llmqueue.cli.report import strict_json, table
 from llmqueue.common import files, validation
 from llmqueue.experiments.base import engine_kwargs
-from llmqueue.experiments.traffic import size_law
+from llmqueue.experiments.traffic import hash_block_of, size_law
 from llmqueue.network.routers import router_names
 from llmqueue.planning.engines import plan_engines, pool_limit
+from llmqueue.planning.hits import cached_bounds
 from llmqueue.planning.plan import PlanResult, bounds_of, check_slo, plan, shown_quantile
 from llmqueue.planning.spec import EngineSpec, Traffic, arrival_cv
 from llmqueue.sweeps.executors import open_executor
@@ -36,6 +43,12 @@ from llmqueue.theory.slo import SLO
 #: Keys of `run single` a plan does not take: it searches the rate and draws its
 #: own requests.
 REFUSED = ("rate", "gap", "initial")
+#: Keys of sessions, which a plan cannot take: a session's next turn arrives a
+#: think time after its previous one finishes, so its requests are no unit-rate
+#: stream whose gaps a plan could scale by the rate it probes.
+SESSIONS = ("sessions", "turns", "think", "message", "system")
+#: Keys of prefix groups that mean nothing without ``prefix_groups``.
+GROUP_KEYS = ("shared", "zipf", "hash_block")
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> None:
@@ -72,17 +85,43 @@ def configure(pairs: List[str]) -> tuple:
         if key in values:
             raise ValueError(f"{key} cannot be set for plan: the plan searches the rate "
                              "and draws its own requests")
+    for key in SESSIONS:
+        if key in values:
+            raise ValueError(f"{key} cannot be set for plan: a session's turns arrive a think "
+                             "time after the previous turn finishes (closed loops), not as a "
+                             "stream a plan can scale to each rate; plan prefix_groups=G, or "
+                             "run sessions with `run single`")
     arrival = values.pop("arrival", "poisson")
     p = experiments.REGISTRY["single"].resolve(values)
     kw = engine_kwargs(p)
     engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], kw["latency"], kw["chunked"],
                         kw["kv"])
-    traffic = Traffic(size_law("vp", p["vp"]), size_law("vd", p["vd"]), arrival_cv(arrival))
-    return engine, traffic
+    vp, vd, cv = size_law("vp", p["vp"]), size_law("vd", p["vd"]), arrival_cv(arrival)
+    if p["prefix_groups"] is not None:
+        traffic = Traffic.prefix_groups(p["prefix_groups"], p["shared"], vp, vd, p["zipf"], cv,
+                                        hash_block_of(p))
+        return engine, traffic
+    for key in GROUP_KEYS:
+        if key in values:
+            raise ValueError(f"{key} needs prefix_groups=G (the prompts' shared heads); "
+                             "got no prefix_groups")
+    if p["prefix"]:
+        raise ValueError("prefix=on needs a workload whose prompts share heads: set "
+                         "prefix_groups=G and shared=S (vp is then each prompt's own suffix)")
+    return engine, Traffic(vp, vd, cv)
 
 
 def _fmt(x: Optional[float], spec: str = "{:.4g}") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else spec.format(x)
+
+
+def _measured(r: PlanResult) -> str:
+    """``; hit ratio at lo ...`` when the plan's pass at ``lo`` measured hits."""
+    ratio, hit = r.at_lo.get("prefix_hit_ratio"), r.at_lo.get("mean_hit") or [None]
+    if not ratio:
+        return ""
+    return (f"; measured at lo: hit ratio {_fmt(ratio[0], '{:.3f}')} +- "
+            f"{_fmt(ratio[1], '{:.3f}')}, mean hit {_fmt(hit[0], '{:.4g}')} tokens")
 
 
 def _row(r: PlanResult) -> Dict[str, Any]:
@@ -135,8 +174,10 @@ def cmd_plan(args: argparse.Namespace) -> None:
                          "--engines-for RATE too")
     if args.engines_for is not None:  # refuse a pool beyond the limit before the plan runs
         validation.positive_number("--engines-for", args.engines_for)
-        pool_limit(args.engines_for, bounds_of(traffic, engine, check_slo(slo, traffic),
-                                               args.seed), args.target)
+        checked = check_slo(slo, traffic)
+        bounds = cached_bounds(bounds_of(traffic, engine, checked, args.seed), traffic, engine,
+                               checked, args.seed, args.requests)[0]
+        pool_limit(args.engines_for, bounds, args.target)
     with open_executor(args.workers if args.workers or args.dask else 1, args.dask) as pool:
         result = plan(traffic, engine, slo, args.target, executor=pool, price=args.price,
                       **common)
@@ -168,6 +209,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
         return
     print(f"plan ({result.mode} attainment, target {result.target}): {traffic.describe()}")
     print(table([_row(result)], columns(result)))
+    if result.hits is not None:
+        print(result.hits.line(result.bounds) + _measured(result))
     if result.reason:
         print(f"note: {result.reason}")
     if engines is not None:
@@ -178,5 +221,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
                  f", ${engines.cost.per_hour:.2f}/h, "
                  f"${engines.cost.per_million_output:.3f}/M output tokens")
               + (" (non-monotone)" if engines.non_monotone else ""))
+        if engines.hits is not None:
+            print(f"note: K_lb reads E[hit] = {engines.hits.mean_hit:.4g} tokens per request, "
+                  f"{engines.hits.note}")
         for note in engines.notes:
             print(f"note: {note}")

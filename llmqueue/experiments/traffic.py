@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-import numpy as np
-
 from llmqueue.common import validation
 from llmqueue.common.params import Param
 from llmqueue.models.arrivals import ARRIVAL_FORMS, Renewal, arrival_law, parse_arrival
@@ -22,6 +20,7 @@ from llmqueue.models.sizes import SIZE_FORMS, Fixed, SizeLaw, decode_mean, parse
 from llmqueue.models.prefixes import MAX_GROUPS, PrefixGroups
 from llmqueue.models.sessions import Sessions
 from llmqueue.models.workload import Workload, compose, poisson, renewal
+from llmqueue.theory.prefix import group_mean_hit
 
 SizeValue = Union[int, str]
 """A size parameter's value: a fixed size, or a size law's text."""
@@ -73,14 +72,7 @@ def group_hit(p: Mapping[str, Any]) -> Optional[float]:
     short of the prompt); ``None`` without groups or prefix caching."""
     if p.get("prefix_groups") is None or not p.get("prefix") or p.get("sessions") is not None:
         return None
-    h = hash_block_of(p)
-    shared = p.get("shared", 0)
-    hit = shared // h * h
-    if hit and shared % h == 0:  # a prompt of the shared part alone hits one block less
-        suffix = size_law("vp", p["vp"])
-        draws = suffix.sample(np.random.default_rng(0), 100_000)
-        hit -= h * float(np.mean(draws == 0))
-    return float(hit)
+    return group_mean_hit(p.get("shared", 0), hash_block_of(p), size_law("vp", p["vp"]))
 
 
 def size_param(default: int, help: str) -> Param:

@@ -9,6 +9,11 @@ alone, where smaller K are recorded as FAIL without simulation).  Probe
 FAILs, then bisect on integers between the last FAIL and the first PASS.  A
 boundary probe counts as not passing (the search never reports a K that did
 not pass) and is noted.  A PASS at K with a FAIL at K + 1 is "non-monotone".
+
+With a prefix cache on prefix groups, ``lambda_tok`` reads the prompt less
+every group's whole head (:mod:`llmqueue.planning.hits`): no cache hits more,
+so ``K_lb`` stays a lower bound whatever the cache's size, and the load per
+engine counts the prompt tokens left to compute.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from llmqueue.common import limits, validation
 from llmqueue.models.latency import tokens_time
+from llmqueue.planning.hits import Hits
 from llmqueue.planning.plan import _Bar, at_rate, describe, setup
 from llmqueue.planning.probe import FAIL, PASS, Probe, probe
 from llmqueue.planning.spec import EngineSpec, Traffic
@@ -34,7 +40,8 @@ class EnginesResult:
     """What :func:`plan_engines` found: ``k_min`` (``None`` if no K up to
     :data:`~llmqueue.common.limits.MAX_ENGINES` passed), ``k_lb``, the probes
     (one per K probed, in order), the per-engine load at ``k_min``,
-    ``non_monotone``, figures at ``k_min`` and the cost when a price was given."""
+    ``non_monotone``, figures at ``k_min`` and the cost when a price was given;
+    with a prefix cache, the mean hit the bounds read (``hits``)."""
 
     rate: float
     k_min: Optional[int]
@@ -50,10 +57,12 @@ class EnginesResult:
     cost: Optional[Cost] = None
     notes: Tuple[str, ...] = ()
     seconds: float = field(default=0.0, compare=False)
+    hits: Optional[Hits] = None
 
     def as_dict(self) -> Dict[str, Any]:
         """One JSON-ready document."""
-        return {"rate": self.rate, "k_min": self.k_min, "k_lb": self.k_lb,
+        extra = {} if self.hits is None else self.hits.as_dict()
+        return {**extra, "rate": self.rate, "k_min": self.k_min, "k_lb": self.k_lb,
                 "router": self.router, "target": self.target, "load": self.load,
                 "non_monotone": self.non_monotone, "lambda_tok": self.bounds.lambda_tok,
                 "config": self.config, "at_k_min": self.at_k_min,
@@ -107,7 +116,8 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
     if s.bounds.infeasible(target):
         notes.append(f"infeasible at every rate: A_0 = {s.bounds.attainment_zero_load:.3f}")
         return EnginesResult(rate, None, k_lb, (), s.bounds, router, target, None, False,
-                             config, notes=tuple(notes), seconds=time.perf_counter() - wall)
+                             config, notes=tuple(notes), seconds=time.perf_counter() - wall,
+                             hits=s.hits)
     if s.bounds.exact and k_lb > 1:
         probes[k_lb - 1] = Probe(rate, k_lb - 1, 0, None, None, FAIL,
                                  note="below K_lb: no router keeps up (Theorem 2)")
@@ -141,8 +151,9 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
                        and probes[k + 1].decision == FAIL for k in probes)
     load = at = cost = None
     if k_min is not None:
-        seen = at_mean_context(engine.latency, workload.mean_prefill, workload.mean_decode)
-        load = rate * (workload.mean_prefill + workload.mean_decode) / (
+        work = workload.mean_prefill - (0.0 if s.hits is None else s.hits.mean_hit)
+        seen = at_mean_context(engine.latency, work, workload.mean_decode)
+        load = rate * (work + workload.mean_decode) / (
             k_min * engine.bmax / tokens_time(seen, engine.bmax))
         best = probes[k_min]
         at = at_rate(best)
@@ -151,4 +162,4 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
                            workload.mean_decode, min(1.0, best.mean))
     return EnginesResult(rate, k_min, k_lb, ordered, s.bounds, router, target, load,
                          non_monotone, config, at or {}, cost, tuple(notes),
-                         time.perf_counter() - wall)
+                         time.perf_counter() - wall, s.hits)

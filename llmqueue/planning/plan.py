@@ -18,6 +18,10 @@ model is at ``1.1 * min``, near the capacity), so the search goes on below it.
 The SLO is one :class:`SLO` or, for a :meth:`Traffic.mix` of request classes, a
 dict class -> SLO; each request is judged by its class's (``A_0`` and
 ``lambda_kv`` are then the share-weighted combinations of the classes' own).
+
+With a prefix cache on prefix groups the bounds read the effective prompt
+(:mod:`llmqueue.planning.hits`); when the cache may evict, the first probe,
+at the bound without the cache, measures the hit the token bound then uses.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from llmqueue.common import limits, validation
 from llmqueue.common.progress import bar
 from llmqueue.network.routers import ROUTERS
+from llmqueue.planning.hits import (CEILING, Hits, cached_bounds, first_probe, hit_figures,
+                                    longest)
 from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
 from llmqueue.planning.replicate import Task
 from llmqueue.planning.spec import EngineSpec, Traffic
@@ -60,7 +66,8 @@ class PlanResult:
     ``at_lo`` (TTFT/TPOT/TBT p50/p90/p99 ``[mean, ci]`` across replications,
     ``busy_fraction``, ``mean_batch``, ``attainment``, ``hw``), the cost when a
     price was given, and ``reason`` when the SLO is infeasible at zero load or
-    the search ended within statistical resolution."""
+    the search ended within statistical resolution.  With a prefix cache,
+    ``hits`` says which mean hit the bounds read (:class:`Hits`)."""
 
     goodput: float
     lo: float
@@ -77,6 +84,7 @@ class PlanResult:
     infeasible: bool = False
     reason: Optional[str] = None
     seconds: float = field(default=0.0, compare=False)
+    hits: Optional[Hits] = None
 
     @property
     def attainment_zero_load(self) -> Optional[float]:
@@ -91,7 +99,8 @@ class PlanResult:
     def as_dict(self) -> Dict[str, Any]:
         """The JSON document of SPEC 9 (``--json``)."""
         b = self.bounds
-        return {"goodput": self.goodput, "lo": self.lo,
+        extra = {} if self.hits is None else self.hits.as_dict()
+        return {**extra, "goodput": self.goodput, "lo": self.lo,
                 "hi": self.hi if math.isfinite(self.hi) else None,
                 "crossing": self.crossing, "lambda_tok": b.lambda_tok,
                 "lambda_mix": b.lambda_mix, "lambda_slot": b.lambda_slot,
@@ -164,6 +173,7 @@ class Setup:
     bounds: Bounds
     executor: Optional[Executor]
     progress: Optional[bool]
+    hits: Optional[Hits] = None
 
 
 def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: int,
@@ -202,11 +212,12 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
     validation.choice("router", router, ROUTERS)
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise ValueError(f"executor must be a concurrent.futures Executor, got {executor!r}")
-    bounds = bounds_of(workload, engine, slo, seed)
+    bounds, hits = cached_bounds(bounds_of(workload, engine, slo, seed), workload, engine, slo,
+                                 seed, longest(math.ceil(warmup * n_requests), n_requests))
     base = Task(workload, engine, slo, 1.0, 0, seed, math.ceil(warmup * n_requests),
                 n_requests, float(target), mode, early_stop, 1, router)
     return Setup(base, Rules(float(target), float(confidence), reps, max_reps), bounds,
-                 executor, progress)
+                 executor, progress, hits)
 
 
 class _Bar:
@@ -250,6 +261,7 @@ def at_rate(p: Probe) -> Dict[str, Any]:
     for name in ("busy_fraction", "mean_batch"):
         mean, half, _ = mean_ci(getattr(r, name) for r in p.runs)
         out[name] = [mean, half]
+    out.update(hit_figures(p))  # with a prefix cache
     return out
 
 
@@ -272,20 +284,32 @@ def crossing(probes: List[Probe], target: float) -> Optional[float]:
     return None
 
 
-def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any
-            ) -> Iterator[Probe]:
-    """The probes of the search, in order (SPEC 8.7 items 1, 5)."""
+def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any,
+            first: Optional[Probe] = None) -> Iterator[Probe]:
+    """The probes of the search, in order (SPEC 8.7 items 1, 5), after
+    ``first`` when a probe already ran (it measured a prefix cache's hits)."""
     limit = s.bounds.limit * engines
     lo = 0.0
     count = 0
-    if s.bounds.exact:
+    if first is not None:
+        count = 1
+        yield first
+        lo = first.rate if first.decision == PASS else 0.0
+    if first is not None and first.decision != PASS:
+        hi = first.rate  # the answer is below it: bisect
+    elif s.bounds.exact:
         hi = limit
         yield Probe(hi, engines, 0, None, None, FAIL,
                     note="at or above the token/slot/memory bound: no policy keeps up "
                          "(Theorem 2, SPEC 8.6)")
     else:
-        hi = 1.1 * limit
+        hi = 1.1 * limit if 1.1 * limit > lo else 2 * lo
+        top = None if s.hits is None or s.hits.ceiling is None else s.hits.ceiling * engines
         while count < max_probes:
+            if top is not None and hi >= top:  # a measured hit's search, under the groups' bound
+                hi = top
+                yield Probe(hi, engines, 0, None, None, FAIL, note=CEILING)
+                break
             p = probe(s.base, hi, engines, s.rules, s.executor, bar, above_bound=True)
             count += 1
             yield p
@@ -342,10 +366,14 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
                   "; requests that can never fit the KV cache count as misses"))
 
         return PlanResult(0.0, 0.0, 0.0, None, (), s.bounds, target, mode, engines, config,
-                          infeasible=True, reason=why, seconds=time.perf_counter() - wall)
+                          infeasible=True, reason=why, seconds=time.perf_counter() - wall,
+                          hits=s.hits)
     probes: List[Probe] = []
     with _Bar(progress) as bar:
-        probes.extend(_search(s, engines, max_probes, rel_tol, bar))
+        first, bounds, hits = first_probe(s.base, s.bounds, s.hits, engines, s.rules,
+                                          s.executor, bar)  # a prefix cache's hits, if need be
+        s = dataclasses.replace(s, bounds=bounds, hits=hits)
+        probes.extend(_search(s, engines, max_probes, rel_tol, bar, first))
     passed = [p for p in probes if p.decision == PASS]
     failed = [p for p in probes if p.decision == FAIL]
     lo = max((p.rate for p in passed), default=0.0)
@@ -364,4 +392,4 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
                        workload.mean_decode, min(1.0, best.mean))
     return PlanResult(lo, lo, hi, crossing(probes, target), tuple(probes), s.bounds, target,
                       mode, engines, config, at_lo, cost, False, reason,
-                      time.perf_counter() - wall)
+                      time.perf_counter() - wall, s.hits)

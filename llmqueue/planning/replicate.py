@@ -12,6 +12,10 @@ smallest iterations (so at most every 100 iterations) and judges them
 run of identical iterations may lag; the monitor only counts what is already
 certain, so a lag only delays a stop.  With per-class SLOs (a dict class -> SLO
 and a :meth:`Traffic.mix`), each measured request is judged by its class's SLO.
+With prefix groups (:meth:`Traffic.prefix_groups`) on engines with a prefix
+cache, each request carries its content ids, and the run counts its measured
+requests' first-start hits (:attr:`Run.hits`); without the cache the same
+requests come without ids.
 
 :func:`run_replication` is a plain top-level function of a picklable
 :class:`Task`, so replications run on any ``concurrent.futures`` executor.
@@ -29,11 +33,12 @@ import simpy
 
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks
+from llmqueue.engine.prefix_cache import prefix_request
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
 from llmqueue.network.network import Network, Pool
 from llmqueue.network.routers import make_router
-from llmqueue.planning.spec import EngineSpec, Traffic, arrivals, request_classes
+from llmqueue.planning.spec import EngineSpec, Traffic, arrivals, prompt_ids, request_classes
 from llmqueue.policies.builtin import make_policy
 from llmqueue.policies.view import Request
 from llmqueue.planning.monitor import Monitor, drain_limit, limits
@@ -90,6 +95,24 @@ class Run:
     at_target: Tuple[float, ...] = (math.nan, math.nan, math.nan)
     """TTFT, TPOT and largest gap at the quantile ``target`` (s): what quantile
     mode judges (a 0.99 target reads p99)."""
+    hits: Optional[Tuple[int, int, int]] = None
+    """With a prefix cache: the measured requests that started, their
+    first-start hit tokens and their prompt tokens (``None`` without one)."""
+
+
+def prefix_cached(engine: EngineSpec) -> bool:
+    """Whether ``engine`` has a prefix cache (``KV(..., prefix=True)``)."""
+    return engine.kv is not None and engine.kv.prefix
+
+
+def first_hits(requests: List[Request]) -> Tuple[int, int, int]:
+    """``(started, hit tokens, prompt tokens)`` of the first starts among ``requests``."""
+    started = hits = prompts = 0
+    for r in requests:
+        hit = getattr(r.memory, "cached", None)
+        if hit is not None:
+            started, hits, prompts = started + 1, hits + hit, prompts + r.vp
+    return started, hits, prompts
 
 
 def _quantiles(values: List[float], at: Tuple[float, ...] = (0.5, 0.9, 0.99)
@@ -126,7 +149,7 @@ def _build(task: Task, router_seed: int
 
     def submit(r: Request) -> None:
         # route once every event of this instant is settled, as Network.call does
-        later_this_instant(env, ROUTING).callbacks.append(lambda _: pool.route().submit(r))
+        later_this_instant(env, ROUTING).callbacks.append(lambda _: pool.route(r).submit(r))
     return env, pool.members, submit
 
 
@@ -136,6 +159,9 @@ def run_replication(task: Task) -> Run:
     n_total = task.n_warm + task.n_meas
     unit, vp, vd, router_seed = arrivals(task.traffic, n_total, task.seed, task.replication)
     classes = request_classes(task.traffic, n_total, task.seed, task.replication)
+    cached = prefix_cached(task.engine)
+    ids = prompt_ids(task.traffic, vp, task.seed, task.replication) if cached else None
+    hash_block = None if task.traffic.groups is None else task.traffic.groups.hash_block
     times = unit / task.rate
     meas = slice(task.n_warm, n_total)
     measured_classes = None if classes is None else classes[meas]
@@ -168,7 +194,9 @@ def run_replication(task: Task) -> Run:
             at = to_ticks(t)
             if at > env.now:
                 yield env.timeout(at - env.now)
-            r = Request(i, p, d, None if classes is None else classes[i])
+            klass = None if classes is None else classes[i]
+            r = Request(i, p, d, klass) if ids is None else \
+                prefix_request(i, p, d, klass, ids[i], None, hash_block)
             r.arrival = now_ticks(env)  # the engine sets it too (routing waits for the instant)
             submit(r)
             if i >= task.n_warm:
@@ -233,4 +261,5 @@ def run_replication(task: Task) -> Run:
                busy / (len(engines) * end) if end else 0.0,
                tokens / batches if batches else 0.0, time.perf_counter() - wall,
                _quantiles(gaps), tuple(_quantiles(values, (task.target,))[0]
-                                       for values in (ttft, tpot, gaps)))
+                                       for values in (ttft, tpot, gaps)),
+               first_hits(requests) if cached else None)

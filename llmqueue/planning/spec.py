@@ -5,9 +5,11 @@ are read by :mod:`llmqueue.models.sizes` and :mod:`llmqueue.models.arrivals`).
 ``Traffic`` holds an arrival law **of unit rate** (Poisson, or gamma gaps of a
 given coefficient of variation) and two size laws, or with :meth:`Traffic.mix`
 request classes, each with its share and its own size laws (for per-class
-SLOs); :func:`arrivals` draws a replication's requests from a seed so that the
-same seed gives the same unit-rate gaps, classes and sizes at every rate
-(common random numbers, SPEC 8.7).
+SLOs); or with :meth:`Traffic.prefix_groups` prompts that open with one of a
+few shared heads (prefix caching, :mod:`llmqueue.planning.groups`).
+:func:`arrivals` draws a replication's requests from a seed so that the same
+seed gives the same unit-rate gaps, classes, sizes and content ids
+(:func:`prompt_ids`) at every rate (common random numbers, SPEC 8.7).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import numpy as np
 from llmqueue.common import validation
 from llmqueue.engine.kv import KV
 from llmqueue.models.arrivals import parse_arrival
+from llmqueue.models.prefixes import HASH_BLOCK
 from llmqueue.models.latency import LatencyModel, Staircase
 from llmqueue.models.sizes import Mixture, SizeLaw, SizeLike, as_law, decode_mean, decode_sizes
+from llmqueue.planning.groups import Groups, groups_of
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,15 @@ class Traffic:
     output sizes from ``decode`` (a law or a plain integer; decode draws of 0
     give 1).  ``plan`` scales the unit-rate gaps by ``1/rate``.  ``classes``
     (built by :meth:`mix`) splits the requests into classes; ``prefill`` and
-    ``decode`` are then the mixtures of the classes' laws."""
+    ``decode`` are then the mixtures of the classes' laws.  ``groups`` (built
+    by :meth:`prefix_groups`) gives the prompts shared heads and content ids;
+    ``prefill`` is then the whole prompt's law."""
 
     prefill: SizeLike
     decode: SizeLike
     cv: Optional[float] = None
     classes: Optional[Tuple[TrafficClass, ...]] = None
+    groups: Optional[Groups] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefill", as_law("prefill", self.prefill))
@@ -97,6 +104,20 @@ class Traffic:
                 and all(isinstance(c, TrafficClass) for c in self.classes)):
             raise ValueError(f"classes must be a non-empty tuple of TrafficClass (build it "
                              f"with Traffic.mix), got {self.classes!r}")
+        if groups_of(self.prefill, self.groups) is not None and self.classes is not None:
+            raise ValueError("a workload has either request classes or prefix groups, not both")
+
+    @classmethod
+    def prefix_groups(cls, groups: int, shared: int, suffix: SizeLike, decode: SizeLike,
+                      zipf: float = 1.0, cv: Optional[float] = None,
+                      hash_block: int = HASH_BLOCK) -> "Traffic":
+        """Requests of ``groups`` prefix groups of Zipf popularity ``zipf``:
+        each prompt is its group's ``shared`` tokens, then a ``suffix`` of its
+        own (a size law or a fixed size), cut into content ids of
+        ``hash_block`` tokens (a multiple of the KV block size); an engine
+        with a prefix cache (``KV(..., prefix=True)``) reuses a group's head."""
+        spec = Groups(groups, zipf, shared, as_law("suffix", suffix), hash_block)
+        return cls(spec.prompt, decode, cv, None, spec)
 
     @classmethod
     def mix(cls, classes: Mapping[Hashable, Tuple[float, SizeLike, SizeLike]],
@@ -158,6 +179,8 @@ class Traffic:
     def describe(self) -> str:
         """One line: arrivals and sizes."""
         law = "poisson" if self.cv is None else f"gamma cv={self.cv:g}"
+        if self.groups is not None:
+            return f"{law}, {self.groups.describe()}, decode {self.decode_law!r}"
         if self.classes is not None:
             return law + ", " + "; ".join(
                 f"class {c.name!r} {c.share:.3g}: prefill {c.prefill!r}, decode {c.decode!r}"
@@ -166,9 +189,10 @@ class Traffic:
 
 
 def _streams(seed: int, replication: int) -> List[np.random.SeedSequence]:
-    # five children: gaps, prompts, outputs, router, classes (spawn keys are
-    # positional, so the first four are those of single-class traffic)
-    return np.random.SeedSequence([seed, replication]).spawn(5)
+    # six children: gaps, prompts, outputs, router, classes, prefix groups
+    # (spawn keys are positional, so the first four are those of single-class
+    # traffic, and the first five those of before the groups)
+    return np.random.SeedSequence([seed, replication]).spawn(6)
 
 
 def request_classes(traffic: Traffic, n: int, seed: int, replication: int
@@ -180,6 +204,16 @@ def request_classes(traffic: Traffic, n: int, seed: int, replication: int
     rng = np.random.default_rng(_streams(seed, replication)[4])
     pick = rng.choice(len(traffic.classes), size=n, p=[c.share for c in traffic.classes])
     return [traffic.classes[i].name for i in pick.tolist()]
+
+
+def prompt_ids(traffic: Traffic, prompts: np.ndarray, seed: int, replication: int
+               ) -> Optional[List[Tuple[int, ...]]]:
+    """Replication ``replication``'s content ids, one tuple per request of
+    prompt sizes ``prompts`` (None without prefix groups), its groups drawn
+    from their own stream of ``(seed, replication)``."""
+    if traffic.groups is None:
+        return None
+    return traffic.groups.ids(np.random.default_rng(_streams(seed, replication)[5]), prompts)
 
 
 def arrivals(traffic: Traffic, n: int, seed: int, replication: int

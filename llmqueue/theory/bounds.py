@@ -84,7 +84,7 @@ def _lp(rates: np.ndarray, mean_prefill: float, mean_decode: float) -> float:
 
 
 def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_decode: float,
-                kmax: Optional[int] = None) -> TokenBound:
+                kmax: Optional[int] = None, mean_prompt: Optional[float] = None) -> TokenBound:
     """SPEC 8.6's token bound of an engine of budget ``bmax`` tokens (``kmax``
     decoding slots, ``None`` = unlimited) for requests of mean ``mean_prefill``
     prompt and ``mean_decode`` output tokens.
@@ -110,7 +110,10 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     Other models price shapes of at most
     :data:`~llmqueue.theory.shapes.MIX_TOKENS` tokens: a larger batch costs
     per token what one of that size costs (:meth:`MeanContext.tokens_time`),
-    so a larger budget gives the figures of that one.
+    so a larger budget gives the figures of that one.  ``mean_prompt``: the
+    tokens a prompt holds where they exceed the ``mean_prefill`` it computes
+    (a prefix cache's hits are context, not work; :class:`MeanContext` reads
+    the contexts from it).
     """
     validation.positive_int("bmax", bmax)
     validation.nonnegative_number("mean_prefill", mean_prefill)
@@ -123,7 +126,7 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
         mix = _lp(np.array([[bmax - d_mix, d_mix]]) / t_mix, *demand)
         exact = lambda_star(bmax, mean_prefill, mean_decode, latency)
         return TokenBound(exact, mix, True, (bmax - d_mix, d_mix), t_mix)
-    seen = MeanContext(latency, mean_prefill, mean_decode)
+    seen = MeanContext(latency, mean_prefill, mean_decode, mean_prompt)
     bmax = min(bmax, MIX_TOKENS)
     top = bmax if kmax is None else min(bmax, kmax)
     d_mix = mix_decode(bmax, mean_prefill, mean_decode, top)

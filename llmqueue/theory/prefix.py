@@ -14,7 +14,8 @@ tokens (``H`` the **hash block**): equal i-th ids mean equal first
   (:func:`zipf_popularity`);
 * Theorem 2's capacity with ``E[c]`` hit tokens per request
   (:func:`lambda_star_cached`) and its gain over no cache
-  (:func:`prefix_gain`).
+  (:func:`prefix_gain`), and ``E[c]`` of prefix groups once every group's
+  head is cached (:func:`group_mean_hit`).
 
 Every function is pure, takes tokens, seconds and requests per second, and
 raises :class:`ValueError` naming the parameter when an argument is out of
@@ -35,6 +36,7 @@ from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel
 # SPEC 10.4's Zipf shares live with the workloads that draw them; re-exported here
 from llmqueue.models.prefixes import zipf_popularity as zipf_popularity
+from llmqueue.models.sizes import SizeLaw
 from llmqueue.theory.capacity import lambda_star
 
 
@@ -347,3 +349,29 @@ def prefix_gain(mean_prefill: float, mean_decode: float, mean_hit: float) -> flo
     effective = _effective_prefill(mean_prefill, mean_hit)
     mean_decode = validation.positive_number("mean_decode", mean_decode)
     return (float(mean_prefill) + mean_decode) / (effective + mean_decode)
+
+
+def group_mean_hit(shared: int, hash_block: int, suffix: SizeLaw) -> float:
+    """The mean hit per request of prefix groups (SPEC 10.5) once every
+    group's head is cached (an unlimited cache, SPEC 10.4): the group's whole
+    hash blocks, ``floor(S / H) H``, less a block for a prompt with no tokens
+    of its own whose shared part ends on a block's edge (a hit stops one token
+    short of the prompt; the chance of an empty suffix from 10^5 draws seeded 0).
+
+    Examples:
+        SPEC E10.2: 1024 shared tokens, hash blocks of 16, suffixes of at
+        least one token.
+
+        >>> from llmqueue.models.sizes import Fixed, Geometric
+        >>> group_mean_hit(1024, 16, Geometric(128)), group_mean_hit(1030, 16, Fixed(0))
+        (1024.0, 1024.0)
+        >>> group_mean_hit(1024, 16, Fixed(0))
+        1008.0
+    """
+    shared = validation.token_count("shared", shared)
+    h = validation.positive_int("hash_block", hash_block)
+    hit: float = shared // h * h
+    if hit and shared % h == 0:  # a prompt of the shared part alone hits one block less
+        draws = suffix.sample(np.random.default_rng(0), 100_000)
+        hit -= h * float(np.mean(draws == 0))
+    return float(hit)
