@@ -146,6 +146,9 @@ class PrefixCache:
         self._lru: List[Tuple[int, int, int, int, Entry]] = []
         self._created = 0
         self.stats = PrefixStats()
+        self.changed = False
+        """Whether an entry was revived or evicted since the last proposal
+        (a later choice may then differ: no skip-ahead)."""
 
     def adopt(self, r: PrefixRequest) -> None:
         """Learn ``H`` from ``r`` (one engine's requests share one)."""
@@ -191,6 +194,7 @@ class PrefixCache:
         if revived:
             self.evictable -= revived
             self.stats.set_level(now, self.evictable * self.m)
+            self.changed = True
         return revived
 
     def insert(self, r: PrefixRequest, old: int, new: int, held: List[Entry]) -> int:
@@ -244,6 +248,7 @@ class PrefixCache:
         if evicted:
             self.stats.evictions += evicted
             self.stats.set_level(now, self.evictable * m)
+            self.changed = True
         if len(lru) > 2 * self.evictable + 64:
             self._lru = [row for row in lru if not row[4].count and row[4].stamp == row[3]]
             heapq.heapify(self._lru)

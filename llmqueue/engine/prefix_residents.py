@@ -59,6 +59,7 @@ class PrefixResidents(MemoryResidents):
     # -- the policy's view -------------------------------------------------
     def view(self, cap: Optional[int] = None, started_only: bool = False
              ) -> "SimpleView | MemoryResidents":
+        self.cache.changed = False
         if not started_only:
             prefilling, cache = self.prefilling, self.cache
             j, tokens, end = self.started_prefilling, 0, len(prefilling)
@@ -154,8 +155,12 @@ class PrefixResidents(MemoryResidents):
         """Skip-ahead under a prefix cache: how many of ``k`` iterations of
         ``plan`` may run as one.  No served request may complete a hash block
         it has an id for before the last of them (its entry could change what
-        a later choice sees; at the last is fine); the scheduler then bounds
-        them by the empty blocks alone, so that none is evicted."""
+        a later choice sees; at the last is fine), and this choice must have
+        revived or evicted no entry (that changes what a waiting request's
+        start needs); the scheduler then bounds them by the empty blocks
+        alone, so that none is evicted."""
+        if self.cache.changed:
+            return 1
         h = self.cache.hash_block
         if h is not None:
             for r, n in plan.prefill:
