@@ -94,3 +94,16 @@ def test_the_chrome_trace_marks_each_hit(tmp_path, capsys):
             if e["name"] == "prefix hit"]
     # 64 shared tokens of 16-token blocks: every request after its group's first hits 64
     assert hits and all(h["cached_tokens"] == 64 for h in hits)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "parallel", "--set", "router=prefix-affinity"],
+    ["run", "parallel", "--set", "router=session-sticky"],
+    ["plan", "--ttft", "1", "--engines-for", "10", "--router", "prefix-score"],
+])
+def test_a_cache_aware_router_on_traffic_without_ids_is_refused(argv):
+    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
+                          text=True, cwd=os.path.dirname(__file__))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "which this traffic does not have" in lines[0], proc.stderr

@@ -22,7 +22,7 @@ from llmqueue.models.sizes import Geometric
 from llmqueue.models.workload import Workload, poisson
 from llmqueue.network.classes import RequestClass, class_stream
 from llmqueue.network.network import Network, NetworkResult
-from llmqueue.network.routers import router_names
+from llmqueue.network.routers import check_traffic, router_names
 from llmqueue.theory import capacity as theory
 
 ENGINES = 4
@@ -75,6 +75,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     if params["load"] <= 0:
         raise ValueError(f"load must be a number > 0, got {params['load']!r}")
     routers = router_names(cache_aware=False) if params["router"] == "all" else [params["router"]]
+    check_traffic(routers[0], ids=False)  # its workload carries no prefix ids
     rows: Rows = []
     for router in routers:
         result = simulate_router(params, router, options.horizon or HORIZON, options.seed or 0,

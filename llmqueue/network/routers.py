@@ -328,6 +328,21 @@ ROUTERS: Dict[str, Callable[..., Router]] = {
 BASIC = ("random", "round-robin", "jsq", "jsq-tokens", "power-of-two")
 
 
+def check_traffic(router: str, ids: bool, sessions: bool = False) -> None:
+    """Refuse a router that reads what this traffic lacks: a cache-aware
+    router on requests without prefix ids (or on engines without a prefix
+    cache), ``session-sticky`` on traffic without sessions."""
+    validation.choice("router", router, ROUTERS)
+    if router in BASIC:
+        return
+    lacks = "sessions" if router == "session-sticky" else "prefix ids"
+    if (sessions if router == "session-sticky" else ids):
+        return
+    raise ValueError(f"router {router!r} reads {lacks}, which this traffic does not have (it "
+                     f"needs prefix caching: kv=..., prefix=on and a workload with ids); "
+                     f"allowed here: {', '.join(BASIC)}")
+
+
 def router_names(cache_aware: bool = True) -> List[str]:
     """Names of the built-in routers (``cache_aware=False``: SPEC 6.3's only,
     without those of SPEC 10.6)."""

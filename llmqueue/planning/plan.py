@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from llmqueue.common import limits, validation
 from llmqueue.common.progress import bar
-from llmqueue.network.routers import ROUTERS
+from llmqueue.network.routers import check_traffic
 from llmqueue.planning.hits import (CEILING, Hits, cached_bounds, first_probe, hit_figures,
                                     longest)
 from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
@@ -209,7 +209,8 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
     validation.seed("seed", seed)
     if not isinstance(early_stop, bool):
         raise ValueError(f"early_stop must be True or False, got {early_stop!r}")
-    validation.choice("router", router, ROUTERS)
+    check_traffic(router, ids=workload.groups is not None and engine.kv is not None
+                  and engine.kv.prefix)
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise ValueError(f"executor must be a concurrent.futures Executor, got {executor!r}")
     bounds, hits = cached_bounds(bounds_of(workload, engine, slo, seed), workload, engine, slo,
