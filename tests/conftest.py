@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
 
@@ -29,3 +29,21 @@ def fig8_labels(batches: List[Dict[str, object]], names: str = "ABCDE") -> List[
         p = "".join(names[i] + "p" for i in b["prefill"])
         out.append(d + ("+" if d and p else "") + p)
     return out
+
+
+def check_figure(panels: int, draw: Callable[[Optional[Sequence[Any]]], Any]) -> None:
+    """A figure function's contract: ``draw(axes)`` draws into the ``panels``
+    axes it is given and returns their figure, each panel with a title, axis
+    labels with units and a legend; ``draw(None)`` makes a figure of its own."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, panels, squeeze=False)
+    given = list(axes.ravel())
+    assert draw(given) is fig
+    for ax in given:
+        assert ax.get_title() and "(" in ax.get_xlabel() and "(" in ax.get_ylabel()
+        assert ax.get_legend() is not None
+    plt.close(fig)
+    own = draw(None)
+    assert own is not fig and len(own.axes) == panels
+    plt.close(own)

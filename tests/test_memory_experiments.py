@@ -4,9 +4,9 @@ tolerances under fixed seeds, the long ones marked slow, and their figures."""
 
 import math
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from conftest import check_figure
 
 from llmqueue.common.units import TICKS_PER_SECOND
 from llmqueue.engine.options import RunOptions
@@ -257,14 +257,4 @@ FIGURES = {
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_figures_draw_into_given_axes_with_units(name):
-    panels, draw = FIGURES[name]
-    fig, axes = plt.subplots(1, panels, squeeze=False)
-    axes = list(axes.ravel())
-    assert draw(axes) is fig
-    for ax in axes:
-        assert ax.get_title() and "(" in ax.get_xlabel() and "(" in ax.get_ylabel()
-        assert ax.get_legend() is not None
-    plt.close(fig)
-    own = draw(None)
-    assert own is not fig and len(own.axes) == panels
-    plt.close(own)
+    check_figure(*FIGURES[name])

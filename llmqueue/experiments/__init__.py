@@ -32,6 +32,12 @@ from llmqueue.experiments import limit_cycle  # noqa: F401
 from llmqueue.experiments import coprime  # noqa: F401
 from llmqueue.experiments import memory_waste  # noqa: F401
 from llmqueue.experiments import theorem2_roofline  # noqa: F401
+from llmqueue.experiments import prefix_mooncake  # noqa: F401
+from llmqueue.experiments import prefix_capacity  # noqa: F401
+from llmqueue.experiments import prefix_che  # noqa: F401
+from llmqueue.experiments import prefix_routing  # noqa: F401
+from llmqueue.experiments import prefix_sessions  # noqa: F401
+from llmqueue.experiments import prefix_collapse  # noqa: F401
 # isort: on
 
 #: Parameters whose value names a file an experiment writes (a figure): outputs.

@@ -2,8 +2,11 @@
 (:mod:`.pending`), multi-engine runs (:mod:`.network`), Theorem 10's region
 (:mod:`.region`), Theorem 2 (:mod:`.theorem2`), capacity plans
 (:mod:`.capacity`), the Sarathi chunk sweep (:mod:`.chunks`), the KV-cache
-experiments (:mod:`.memory`), greedy admission under KV memory (:mod:`.storms`)
-and sweeps (:mod:`.sweep`), all in the style of :mod:`.style`.
+experiments (:mod:`.memory`), prefix caching (:mod:`.prefix`; multi-turn
+sessions, :mod:`.sessions`; a cache started empty and with a backlog,
+:mod:`.collapse`), routing over prefix caches (:mod:`.routing`), greedy
+admission under KV memory (:mod:`.storms`) and sweeps (:mod:`.sweep`), all in
+the style of :mod:`.style`.
 
 The rules, the same for every figure function:
 
@@ -30,19 +33,25 @@ functions that draw).
 
 from llmqueue.plotting.capacity import plot_capacity
 from llmqueue.plotting.chunks import plot_chunk_sweep
+from llmqueue.plotting.collapse import plot_collapse
 from llmqueue.plotting.memory import (plot_coprime, plot_memory_boundary, plot_memory_waste,
                                       plot_table1)
 from llmqueue.plotting.network import plot_against_load, plot_agents, plot_backlogs
 from llmqueue.plotting.pending import (animate_pending, plot_latency_cdfs, plot_pending,
                                        plot_pending_zoom)
+from llmqueue.plotting.prefix import (plot_prefix_capacity, plot_prefix_che,
+                                      plot_prefix_mooncake)
 from llmqueue.plotting.region import plot_region
+from llmqueue.plotting.routing import plot_prefix_routing
+from llmqueue.plotting.sessions import plot_sessions
 from llmqueue.plotting.storms import animate_storm, plot_limit_cycle, plot_storm
 from llmqueue.plotting.style import save
 from llmqueue.plotting.sweep import plot_heat, plot_lines
 from llmqueue.plotting.theorem2 import plot_theorem2
 
-__all__ = ["animate_pending", "animate_storm", "plot_against_load", "plot_agents",
-           "plot_backlogs", "plot_capacity", "plot_chunk_sweep", "plot_coprime", "plot_heat",
+__all__ = ["animate_pending", "animate_storm", "plot_against_load", "plot_agents", "plot_backlogs",
+           "plot_capacity", "plot_chunk_sweep", "plot_collapse", "plot_coprime", "plot_heat",
            "plot_latency_cdfs", "plot_limit_cycle", "plot_lines", "plot_memory_boundary",
-           "plot_memory_waste", "plot_pending", "plot_pending_zoom", "plot_region", "plot_storm",
-           "plot_table1", "plot_theorem2", "save"]
+           "plot_memory_waste", "plot_pending", "plot_pending_zoom", "plot_prefix_capacity",
+           "plot_prefix_che", "plot_prefix_mooncake", "plot_prefix_routing", "plot_region",
+           "plot_sessions", "plot_storm", "plot_table1", "plot_theorem2", "save"]
