@@ -47,3 +47,17 @@ def check_figure(panels: int, draw: Callable[[Optional[Sequence[Any]]], Any]) ->
     own = draw(None)
     assert own is not fig and len(own.axes) == panels
     plt.close(own)
+
+
+def cli_error(argv: List[str]) -> str:
+    """Run ``llmqueue ARGV`` in a child process; assert it fails as bad input
+    does (exit code 2, one line on stderr, no traceback) and return that line."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
+                          text=True, cwd=os.path.dirname(__file__))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from conftest import cli_error
 from llmqueue.cli.main import main
 
 KEYS = {"label", "arrivals", "completed", "pending_mean", "pending_max", "pending_final",
@@ -124,12 +125,7 @@ def test_a_user_policy_runs_from_the_cli(tmp_path, capsys, monkeypatch):
     (["run", "single", "--set", "rate=1e-308"], "rate must be a finite number > 0 and at least"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, fragment):
-    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__))
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert fragment in cli_error(argv)
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():

@@ -3,12 +3,10 @@
 ``capacity`` with hits; bad input is one line and exit code 2."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from conftest import cli_error
 from llmqueue.cli.main import main
 
 E10_2 = ["--set", "kv=2000000", "--set", "kv_block=16", "--set", "prefix_groups=8",
@@ -77,11 +75,7 @@ def test_a_mooncake_trace_replays_with_its_hits(tmp_path, capsys):
     (["run", "single", "--set", "prefix_groups=0"], "prefix_groups"),
 ])
 def test_bad_prefix_input_is_one_line_and_exit_code_2(argv, fragment):
-    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__))
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert fragment in cli_error(argv)
 
 
 def test_the_chrome_trace_marks_each_hit(tmp_path, capsys):
@@ -102,8 +96,4 @@ def test_the_chrome_trace_marks_each_hit(tmp_path, capsys):
     ["plan", "--ttft", "1", "--engines-for", "10", "--router", "prefix-score"],
 ])
 def test_a_cache_aware_router_on_traffic_without_ids_is_refused(argv):
-    proc = subprocess.run([sys.executable, "-m", "llmqueue"] + argv, capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__))
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "which this traffic does not have" in lines[0], proc.stderr
+    assert "which this traffic does not have" in cli_error(argv)
