@@ -18,7 +18,8 @@ from llmqueue.models import (Arrival, ArrivalLaw, Constant, Empirical, Fixed, Ga
                              Interpolated, LatencyModel, Linear, LogNormal, Mixture, Poisson,
                              PoissonSize, PrefixGroups, Renewal, Sessions, SizeLaw, Staircase,
                              StepModel, Trace, TraceTimes, UniformInt, Workload, compose,
-                             from_list, poisson, read_csv, read_trace, renewal, tokens_time)
+                             from_list, offline, poisson, read_csv, read_trace, renewal,
+                             tokens_time)
 from llmqueue.network import (JSQ, JobContext, JSQTokens, Network, NetworkResult, PowerOfTwo,
                               RandomRouter, RequestClass, RoundRobin, Router, by_class,
                               class_stream, job_summary, make_router, router_names, start_jobs)
@@ -45,7 +46,7 @@ __all__ = [
     "by_class", "che_hit_ratio", "class_stream", "compose", "fit_linear", "fit_staircase",
     "from_list", "gpu", "ideal_hit_ratio", "job_summary", "kv_area", "kv_bytes_per_token",
     "kv_capacity", "kv_capacity_tokens", "lambda_joint", "lambda_star_cached", "make_policy",
-    "make_router", "make_view", "model", "mu_mem", "plan", "plan_engines", "poisson",
+    "make_router", "make_view", "model", "mu_mem", "offline", "plan", "plan_engines", "poisson",
     "policy_names", "read_csv", "read_samples", "read_trace", "register_policy", "renewal",
     "router_names", "simulate", "start_jobs", "sweeps", "theory", "tokens_time",
     "wait_thresholds",

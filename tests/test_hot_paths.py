@@ -33,7 +33,9 @@ def test_a_recorder_is_slotted():
 
 
 def test_an_engine_keeps_under_30_attributes():
-    for kv in (None, q.KV(capacity_tokens=1000, block_size=16)):
+    for kv in (None, q.KV(capacity_tokens=1000, block_size=16),
+               q.KV(capacity_tokens=1000, block_size=16, prefix=True),
+               q.KV(capacity_tokens=1000, preemption="swap", swap_tokens=100)):
         engine = Engine(simpy.Environment(), make_policy("sarathi"), kv=kv)
         assert len(vars(engine)) < 30, sorted(vars(engine))
         assert len(vars(engine.residents)) < 30, sorted(vars(engine.residents))

@@ -18,7 +18,7 @@ from llmqueue.policies.builtin import make_policy, policy_names
 def cmd_capacity(args: argparse.Namespace) -> None:
     """Theorem 2's figures for the engine and workload of ``run single``."""
     from llmqueue.experiments.base import engine_kwargs
-    from llmqueue.experiments.capacity import memory_capacity, slot_figures
+    from llmqueue.experiments.capacity import decoded, memory_capacity, slot_figures
     from llmqueue.experiments.single import arrival_rate
     from llmqueue.experiments.traffic import group_hit, mean_sizes
     from llmqueue.models.latency import tokens_time
@@ -33,6 +33,8 @@ def cmd_capacity(args: argparse.Namespace) -> None:
                          "(an unlimited budget has no full batch)")
     latency = engine_kwargs(p)["latency"]
     vp, vd = mean_sizes(p)
+    if p["first_token"] == "prefill" and vp > 0:  # the prefill emits the first token
+        vd -= 1
     bmax, kmax = p["bmax"], validation.optional_positive_int("kmax", p["kmax"])
     rate = arrival_rate(p)
     names = [p["scheduler"]] if args.scheduler else [  # wait needs a KV cache
@@ -57,8 +59,8 @@ def cmd_capacity(args: argparse.Namespace) -> None:
            "params": p, "verdicts": verdicts}
     prefix_workload = p["prefix_groups"] is not None or p["sessions"] is not None
     memory = {} if prefix_workload else (  # vp is then a suffix, or a turn's message
-        memory_capacity(p, p["vp"], p["vd"], latency)
-        or slot_figures(p, p["vp"], p["vd"], latency, compute))
+        memory_capacity(decoded(p), p["vp"], decoded(p)["vd"], latency)
+        or slot_figures(p, p["vp"], decoded(p)["vd"], latency, compute))
     doc.update(memory)
     hit = group_hit(p)
     if hit is not None:  # every group's prefix cached: the prompt tokens left to compute

@@ -12,6 +12,7 @@ from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
 from llmqueue.cli import capacity as capacity_cli
+from llmqueue.cli import validate as validate_cli
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_cli.add_parsers(sub)
     latency_cli.add_parser(sub)
     plan_cli.add_parser(sub)
+    validate_cli.add_parser(sub)
     cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
                          "with Theorem 2's verdict per scheduler")
     cap.add_argument("--scheduler", help="give only this scheduler's verdict")

@@ -32,7 +32,7 @@ from llmqueue.cli.report import strict_json, table
 from llmqueue.common import files, validation
 from llmqueue.experiments.base import engine_kwargs
 from llmqueue.experiments.traffic import hash_block_of, size_law
-from llmqueue.network.routers import router_names
+from llmqueue.network.routers import check_traffic, router_names
 from llmqueue.planning.engines import plan_engines, pool_limit
 from llmqueue.planning.hits import cached_bounds
 from llmqueue.planning.plan import PlanResult, bounds_of, check_slo, plan, shown_quantile
@@ -93,6 +93,9 @@ def configure(pairs: List[str]) -> tuple:
                              "run sessions with `run single`")
     arrival = values.pop("arrival", "poisson")
     p = experiments.REGISTRY["single"].resolve(values)
+    if p["first_token"] != "decode":  # an engine preset sets it
+        raise ValueError("first_token=prefill cannot be planned: plan's replications run the "
+                         "paper's model; set first_token=decode")
     kw = engine_kwargs(p)
     engine = EngineSpec(kw["policy"], kw["bmax"], kw["kmax"], kw["latency"], kw["chunked"],
                         kw["kv"])
@@ -174,6 +177,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
                          "--engines-for RATE too")
     if args.engines_for is not None:  # refuse a pool beyond the limit before the plan runs
         validation.positive_number("--engines-for", args.engines_for)
+        check_traffic(args.router, ids=traffic.groups is not None and engine.kv is not None
+                      and engine.kv.prefix)
         checked = check_slo(slo, traffic)
         bounds = cached_bounds(bounds_of(traffic, engine, checked, args.seed), traffic, engine,
                                checked, args.seed, args.requests)[0]

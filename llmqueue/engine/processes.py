@@ -140,7 +140,7 @@ class Engine:
     def submit(self, r: Request) -> None:
         """``r`` arrives now and joins the waiting line."""
         validation.token_count("prefill", r.vp)
-        validation.token_count("decode", r.vd, minimum=1)
+        validation.token_count("decode", r.vd + r.early, minimum=1)  # output tokens
         if not self.policy.chunked and r.prefill_left > self.budget:
             raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "

@@ -30,7 +30,7 @@ import numpy as np
 
 from llmqueue.common.percentiles import QUANTILES, percentiles
 from llmqueue.common.units import to_seconds
-from llmqueue.engine.results import Batch, Summary
+from llmqueue.engine.results import Batch, Summary, token_rates
 from llmqueue.engine.tokens import TokenTimes
 from llmqueue.policies.view import Plan, Request
 from llmqueue.theory.capacity import violations
@@ -76,7 +76,7 @@ class Recorder:
                  "prefill_tokens", "mixed", "decode_only", "prefill_only", "busy",
                  "wc_violations", "_run", "_members", "ttft", "tpot", "e2e", "tbt",
                  "sched_delay", "tokens", "latencies", "batch_log", "request_log", "series",
-                 "windows", "memory", "sizes")
+                 "windows", "memory", "sizes", "emitted")
 
     def __init__(self, bmax: int, batches: bool = False, requests: bool = False,
                  timeseries: bool = False, tokens: Optional[bool] = None) -> None:
@@ -126,6 +126,8 @@ class Recorder:
         """``[requests, prompt tokens, prefill tokens to process, decode tokens]``
         of every arrival, warm-up included (their means price a latency model
         that is not of the batch size alone: ``network.capacity``)."""
+        self.emitted = 0
+        """First tokens emitted with a prefill (``first_token="prefill"``)."""
 
     # -- integrals -------------------------------------------------------
     def _advance(self, now: int) -> None:
@@ -299,16 +301,17 @@ class Recorder:
         assert first is not None and done is not None  # a finished request has both
         self.ttft.append(to_seconds(first - r.arrival))
         self.e2e.append(to_seconds(done - r.arrival))
-        if r.vd > 1:
-            self.tpot.append(to_seconds(done - first) / (r.vd - 1))
+        n = r.vd + r.early  # output tokens (its first may have come with its prefill)
+        if n > 1:
+            self.tpot.append(to_seconds(done - first) / (n - 1))
         if self.tokens is not None:
             scheduled, gap = self.tokens.finish(r)
             if scheduled is not None:
                 self.sched_delay.append(to_seconds(scheduled - r.arrival))
-            if r.vd > 1:
+            if n > 1:
                 self.tbt.append(to_seconds(gap))
             if self.latencies is not None:
-                self.latencies[r] = (scheduled, gap if r.vd > 1 else None)
+                self.latencies[r] = (scheduled, gap if n > 1 else None)
         if self.request_log is not None:
             self.request_log.append(r)
         self._mark(now)
@@ -332,7 +335,7 @@ class Recorder:
         self.arrivals = self.completed = 0
         self.batches = self.decode_batches = self.decode_tokens = self.prefill_tokens = 0
         self.mixed = self.decode_only = self.prefill_only = self.busy = 0
-        self.wc_violations = 0
+        self.wc_violations = self.emitted = 0
         self.ttft, self.tpot, self.e2e = array("d"), array("d"), array("d")
         self.tbt, self.sched_delay = array("d"), array("d")
         if self.tokens is not None:
@@ -380,8 +383,7 @@ class Recorder:
             "decode_only_fraction": self.decode_only / self.batches if self.batches else None,
             "prefill_only_fraction": self.prefill_only / self.batches if self.batches else None,
             "busy_fraction": self.busy / span if span else None,
-            "throughput_tokens_per_s": ((self.decode_tokens + self.prefill_tokens)
-                                        / to_seconds(span) if span else None),
+            **token_rates(self.decode_tokens, self.prefill_tokens, self.emitted, span),
             "ttft_p50": ttft[0], "ttft_p90": ttft[1], "ttft_p99": ttft[2],
             "tpot_p50": tpot[0], "tpot_p90": tpot[1], "tpot_p99": tpot[2],
             "tbt_p50": tbt[0], "tbt_p90": tbt[1], "tbt_p99": tbt[2],

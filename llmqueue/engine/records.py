@@ -41,7 +41,9 @@ class RequestTimes(NamedTuple):
     """When it got a slot."""
     prefill_done: Optional[float]
     first_token: Optional[float]
-    """End of its first decode iteration (TTFT = first_token - arrival)."""
+    """End of its first decode iteration (TTFT = first_token - arrival), or of its
+    prefill's last iteration when its first token comes with it
+    (``first_token="prefill"``)."""
     finished: Optional[float]
     vp: int
     """Prefill (prompt) tokens."""
@@ -53,7 +55,7 @@ class RequestTimes(NamedTuple):
         """The record of request ``r`` (whose times are in ns)."""
         s = seconds
         return cls(r.rid, to_seconds(r.arrival), s(r.admitted), s(r.prefill_done),
-                   s(r.first_token), s(r.finished), r.vp, r.vd)
+                   s(r.first_token), s(r.finished), r.vp, r.vd + r.early)
 
 
 class RequestMemory(NamedTuple):

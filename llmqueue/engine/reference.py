@@ -32,18 +32,19 @@ def context(plan: Plan) -> BatchContext:
 
 def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optional[int] = 128,
                   kmax: Optional[int] = 100, latency: Optional[LatencyModel] = None,
-                  horizon: Optional[float] = None, kv: Optional[KV] = None
-                  ) -> Tuple[List[Batch], List[Request]]:
+                  horizon: Optional[float] = None, kv: Optional[KV] = None,
+                  first_token: str = "decode") -> Tuple[List[Batch], List[Request]]:
     """Step the model; return the batch log and every request that arrived
     (times in nanoseconds, as the fast engine's logs).  With a KV cache ``kv``
     the stepping is SPEC 7's (:func:`~llmqueue.engine.reference_kv.run_reference_kv`,
-    which also gives the memory log)."""
+    which also gives the memory log).  ``first_token`` as in
+    :func:`llmqueue.simulate` (its requests' ``vd`` count the decode tokens)."""
     if kv is not None:
         out = run_reference_kv(arrivals, policy, kv, bmax=bmax, kmax=kmax, latency=latency,
-                               horizon=horizon)
+                               horizon=horizon, first_token=first_token)
         return out.batches, out.requests
     latency, policy, budget, slots, until = settings(policy, bmax, kmax, latency, horizon)
-    line = incoming(arrivals, until)
+    line = incoming(arrivals, until, first_token)
     everyone = list(line)
     waiting: Deque[Request] = deque()
     residents: List[Request] = []

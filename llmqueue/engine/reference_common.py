@@ -64,14 +64,19 @@ def settings(policy: Policy, bmax: Optional[int], kmax: Optional[int],
                     to_ticks(horizon) if horizon is not None else None)
 
 
-def incoming(arrivals: Iterable[Sequence], until: Optional[int]) -> Deque[Request]:
-    """Every request that arrives before ``until``, numbered from 0, times in ticks."""
+def incoming(arrivals: Iterable[Sequence], until: Optional[int],
+             first_token: str = "decode") -> Deque[Request]:
+    """Every request that arrives before ``until``, numbered from 0, times in
+    ticks; with ``first_token="prefill"`` a request with a prompt decodes one
+    token fewer, its first coming with its prefill (:func:`serve`)."""
     line: Deque[Request] = deque()
+    early = first_token == "prefill"
     for rid, a in enumerate(arrivals):
         at = to_ticks(a[0])
         if until is not None and at >= until:
             break
-        r = Request(rid, a[1], a[2], a[3] if len(a) > 3 else None)
+        r = Request(rid, a[1], a[2] - (early and a[1] > 0), a[3] if len(a) > 3 else None)
+        r.early = early and a[1] > 0
         r.arrival = at
         line.append(r)
     return line
@@ -107,7 +112,9 @@ def logged(now: int, t: int, plan: Plan, prefill: int) -> Batch:
 def serve(plan: Plan, end: int) -> None:
     """Apply one iteration of ``plan`` ending at ``end``: a decode token each,
     the prefill chunks; stamp first tokens, finishes and prefill ends (a
-    recomputed prefill keeps its first incarnation's end)."""
+    recomputed prefill keeps its first incarnation's end).  A request whose
+    first token comes with its prefill (``early``) gets it when its prefill
+    completes, and finishes then if it has no decode token to process."""
     for r in plan.decode:
         r.decode_left -= 1
         if r.first_token is None:
@@ -116,8 +123,14 @@ def serve(plan: Plan, end: int) -> None:
             r.finished = end
     for r, n in plan.prefill:
         r.prefill_left -= n
-        if r.prefill_left == 0 and r.prefill_done is None:
-            r.prefill_done = end
+        if r.prefill_left == 0:
+            if r.prefill_done is None:
+                r.prefill_done = end
+            if r.early:
+                if r.first_token is None:
+                    r.first_token = end
+                if r.decode_left == 0:
+                    r.finished = end
 
 
 #: ``arrive_until(limit, inclusive)``: a stepper's intake of the requests due by ``limit``.

@@ -94,9 +94,10 @@ def public_seq(key: Tuple[int, ...]) -> int:
 def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                      bmax: Optional[int] = 128, kmax: Optional[int] = 100,
                      latency: Optional[LatencyModel] = None,
-                     horizon: Optional[float] = None, cache: Optional[NoCache] = None
-                     ) -> KVReference:
-    """Step the model of SPEC 7 with the cache ``kv``; see the module docstring."""
+                     horizon: Optional[float] = None, cache: Optional[NoCache] = None,
+                     first_token: str = "decode") -> KVReference:
+    """Step the model of SPEC 7 with the cache ``kv``; see the module docstring
+    (``first_token`` as in :func:`~llmqueue.engine.reference.run_reference`)."""
     cache = cache or NoCache()
     latency, policy, budget, slots, until = settings(policy, bmax, kmax, latency, horizon)
     if not policy.budgeted:
@@ -138,7 +139,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             after = peak(r)
         return ceil_blocks(after) - (ceil_blocks(held(r)) if started(r) else 0)
 
-    line = incoming(arrivals, until)
+    line = incoming(arrivals, until, first_token)
     cache.begin(line)
     for r in line:
         r.memory = Memory()

@@ -18,9 +18,10 @@ from __future__ import annotations
 import bisect
 import itertools
 from heapq import heapify, heappop, heappush
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from llmqueue.common.units import UNLIMITED
+from llmqueue.engine.first_token import emit
 from llmqueue.engine.tokens import TokenTimes
 from llmqueue.models.context import BatchContext
 from llmqueue.policies.view import Plan, Request
@@ -61,6 +62,11 @@ class Residents:
 
     This object is the :class:`~llmqueue.policies.view.View` a policy reads.
     """
+
+    first_tokens: Any = None
+    """With ``first_token="prefill"``: the recorder counting the first tokens
+    emitted with prefills (:mod:`~llmqueue.engine.first_token`; set on the
+    instance only then, so the residents' attributes stay under 30)."""
 
     def __init__(self) -> None:
         self.decoding: List[Request] = []
@@ -240,6 +246,9 @@ class Residents:
                 prefilled.append(r)
         if prefilled:
             self.prefilling = _without(self.prefilling, prefilled, _prefilling)
-            for r in prefilled:
-                self._start_decoding(r)
+            if self.first_tokens is None:
+                for r in prefilled:
+                    self._start_decoding(r)
+            else:  # their first tokens come with the prefill (first_token="prefill")
+                emit(self, prefilled, finished, end)
         return prefilled, finished

@@ -20,7 +20,7 @@ import numpy as np
 from llmqueue.common.frames import frame
 from llmqueue.common.units import to_seconds
 from llmqueue.engine.records import Batch, RequestMemory, RequestTimes, memory_columns, seconds
-from llmqueue.policies.view import Request
+from llmqueue.policies.view import Request, output_tokens
 from llmqueue.theory.histogram import GapHistogram
 from llmqueue.theory.slo import RequestLatency
 
@@ -72,7 +72,12 @@ class Summary(Mapping[str, Any]):
     busy_fraction: Optional[float] = None
     """Share of the span the GPU ran iterations."""
     throughput_tokens_per_s: Optional[float] = None
-    """Tokens processed per second of the span."""
+    """Tokens processed per second of the span (prefill, recomputed and decode tokens)."""
+    output_tokens_per_s: Optional[float] = None
+    """Output tokens per second of the span: decode tokens, and first tokens
+    emitted with prefills (``first_token="prefill"``)."""
+    prefill_tokens_per_s: Optional[float] = None
+    """Prompt tokens computed per second of the span, recomputed ones included."""
     ttft_p50: Optional[float] = None
     """Time to first token, median, s."""
     ttft_p90: Optional[float] = None
@@ -162,6 +167,22 @@ class Summary(Mapping[str, Any]):
         return self.as_dict() == dict(other)
 
     __hash__ = None  # type: ignore[assignment]  # a mapping of mutable figures
+
+
+def token_rates(decode: int, prefill: int, emitted: int, span: int) -> Dict[str, Optional[float]]:
+    """A run's token rates over ``span`` ns: ``throughput_tokens_per_s`` (every
+    token processed), ``output_tokens_per_s`` (``decode`` tokens and the
+    ``emitted`` first tokens that came with a prefill) and
+    ``prefill_tokens_per_s``; ``None`` for an empty span.  Output plus prefill
+    is the throughput plus the emitted first tokens' rate (they cost no token
+    of work: the prefill's iteration samples them)."""
+    if not span:
+        return {"throughput_tokens_per_s": None, "output_tokens_per_s": None,
+                "prefill_tokens_per_s": None}
+    seconds = to_seconds(span)
+    return {"throughput_tokens_per_s": (decode + prefill) / seconds,
+            "output_tokens_per_s": (decode + emitted) / seconds,
+            "prefill_tokens_per_s": prefill / seconds}
 
 
 _TYPED: Tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Summary)
@@ -267,7 +288,7 @@ class Result:
         kept = self.token_times or {}
         s = _seconds
         return [RequestLatency.from_times(to_seconds(r.arrival), s(r.first_token), s(r.finished),
-                                          r.vd, s(kept.get(r, (None, None))[0]),
+                                          output_tokens(r), s(kept.get(r, (None, None))[0]),
                                           s(kept.get(r, (None, None))[1]), r.klass)
                 for r in sorted(log, key=lambda r: r.rid)]
 

@@ -11,6 +11,7 @@ from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import UNLIMITED, to_seconds, to_ticks
 from llmqueue.engine.clock import PAST_END, delay_until, now_ticks
 from llmqueue.engine.errors import Diverged
+from llmqueue.engine.first_token import check_first_token, make_early
 from llmqueue.engine.kv import KV
 from llmqueue.engine.kv_invariants import asked as invariants_asked
 from llmqueue.engine.kv_residents import MemoryResidents
@@ -37,7 +38,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
              requests: bool = False, timeseries: bool = False,
              skip_ahead: bool = True, warmup: float = 0.0,
              max_pending: Optional[int] = None, kv: Optional[KV] = None,
-             check_invariants: Optional[bool] = None) -> Result:
+             check_invariants: Optional[bool] = None, first_token: str = "decode") -> Result:
     """Simulate one engine serving ``workload``.
 
     The run ends at ``horizon`` seconds, or, without one, when every request of
@@ -62,7 +63,11 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     a ``kv``; its summary adds ``threshold_error``, the preemptions its quotas
     let happen (0 when they fit the cache).  ``check_invariants`` checks the KV
     invariants of SPEC 7.3 on every iteration (slow; default: the environment
-    variable ``LLMQUEUE_CHECK_INVARIANTS=1``).
+    variable ``LLMQUEUE_CHECK_INVARIANTS=1``).  ``first_token`` says when a
+    request's first output token appears: ``"decode"`` (the paper's model) at
+    the end of its first decode iteration, ``"prefill"`` (vLLM, TensorRT-LLM)
+    with the iteration that completes its prompt, after which it decodes
+    ``vd - 1`` tokens (:mod:`~llmqueue.engine.first_token`).
 
     Examples:
         Three requests of 10 + 2 tokens, one a second: each runs alone, a
@@ -88,6 +93,9 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     if warmup and (horizon is None or warmup >= horizon):
         raise ValueError(f"warmup must be below the horizon ({horizon}); got {warmup}")
     pol = make_policy(policy, chunked=chunked)
+    early = check_first_token(first_token) == "prefill"
+    if early:
+        refuse_early(workload, pol)
     env = simpy.Environment()
     until = to_ticks(horizon) if horizon is not None else None
     budget = bmax if pol.budgeted else None  # WAIT ignores bmax (SPEC 7.5)
@@ -104,6 +112,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     engine = Engine(env, pol, bmax=bmax, kmax=kmax, latency=latency, recorder=recorder,
                     until=until, skip_ahead=skip_ahead, max_pending=max_pending, kv=kv,
                     check_invariants=bool(check_invariants))
+    if early:  # the recorder counts the first tokens emitted with prefills
+        engine.residents.first_tokens = recorder
     shown = progress.runs_are_shown()
     meter = None
     if shown:  # simulated seconds against the horizon, else arrivals against the count
@@ -113,7 +123,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     if isinstance(workload, Sessions):  # closed loops (SPEC 10.5)
         sessions = feed_sessions(env, engine.send, workload, until, on_end=engine.end_arrivals)
     else:
-        env.process(feed(env, engine, workload, until, meter))
+        env.process(feed(env, engine, workload, until, meter, early))
     if until is not None:
         origin = to_ticks(warmup)
         if origin:
@@ -144,7 +154,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         summary = summary.with_figures(**sessions.figures())
     summary = summary.with_figures(**assess(summary, rate=offered_rate(workload),
                           mean_prefill=getattr(workload, "mean_prefill", None),
-                          mean_decode=getattr(workload, "mean_decode", None),
+                          mean_decode=decode_work(workload, early),
                           work_conserving=pol.work_conserving, bmax=budget, kmax=kmax,
                           latency=engine.latency), diverged_at=None)
     if warmup:  # what the observed span starts with: arrivals = completed + ignored
@@ -154,6 +164,8 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     params = {"scheduler": pol.name, "chunked": pol.chunked, "bmax": bmax, "kmax": kmax,
               "latency": repr(engine.latency), "horizon": horizon, "warmup": warmup,
               "workload": getattr(workload, "description", repr(workload))}
+    if early:
+        params["first_token"] = first_token
     memory = recorder.memory
     if memory is not None:
         params["kv"] = repr(kv)
@@ -161,7 +173,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         if memory.prefix is not None:  # Theorem 2 at the prompt really computed (SPEC 10.3)
             summary = summary.with_figures(**effective_load(
                 [memory.prefix], offered_rate(workload),
-                getattr(workload, "mean_prefill", None), getattr(workload, "mean_decode", None),
+                getattr(workload, "mean_prefill", None), decode_work(workload, early),
                 budget, engine.latency))
         if isinstance(pol, Wait):  # its quotas should never let memory overflow
             summary = summary.with_figures(threshold_error=memory.preemptions)
@@ -172,6 +184,29 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
                   recorder.latencies,
                   kv_log=memory.log if memory is not None else None,
                   kv_series=memory.series if memory is not None else None)
+
+
+def decode_work(workload: Any, early: bool) -> Optional[float]:
+    """Mean decode tokens a request of ``workload`` brings to process: its mean
+    output, less the first token when that comes with the prefill (``early``,
+    prompts of a positive mean; a request without a prompt still decodes it,
+    which a law that draws both ignores)."""
+    mean = getattr(workload, "mean_decode", None)
+    if early and mean is not None and getattr(workload, "mean_prefill", None):
+        return mean - 1
+    return mean
+
+
+def refuse_early(workload: Any, policy: object) -> None:
+    """Raise unless ``first_token="prefill"`` can run ``workload`` under ``policy``."""
+    if isinstance(workload, Sessions):
+        raise ValueError("first_token='prefill' is not supported with multi-turn sessions "
+                         "(their transcripts count every output token's KV); allowed: "
+                         "first_token='decode'")
+    if isinstance(policy, Wait):
+        raise ValueError("first_token='prefill' is not supported with the wait policy (its "
+                         "quotas are per (vp, vd) class of the paper's model); allowed: "
+                         "first_token='decode'")
 
 
 def offered_rate(workload: Any) -> Optional[float]:
@@ -210,11 +245,13 @@ def restart_at(env: simpy.Environment, recorder: Recorder, at: int
 
 
 def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
-         until: Optional[int] = None, meter: Any = None) -> Generator[simpy.Event, object, None]:
+         until: Optional[int] = None, meter: Any = None,
+         early: bool = False) -> Generator[simpy.Event, object, None]:
     """A process that submits ``(time, prefill, decode[, class])`` arrivals to ``engine``
     at their times, numbering requests from 0 in arrival order.  A progress
     ``meter`` (a tqdm bar) advances at each arrival: to the arrival time when
-    the run has a horizon, else by one request."""
+    the run has a horizon, else by one request.  ``early``: their first tokens
+    come with their prefills (:func:`~llmqueue.engine.first_token.make_early`)."""
     rid = 0
     for arrival in arrivals:
         wait = delay_until(env, arrival[0], until, "arrival times")
@@ -227,7 +264,7 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
             r = prefix_request(rid, *arrival[1:7])
         else:
             r = Request(rid, arrival[1], arrival[2], arrival[3] if n > 3 else None)
-        engine.submit(r)
+        engine.submit(make_early(r) if early else r)
         rid += 1
         if meter is not None:
             meter.update(1 if until is None else env.now / 1e9 - meter.n)

@@ -100,6 +100,11 @@ class TokenTimes:
         rec = self.records.get(r)
         self._broken[r] = rec if rec is not None else self._record(r)
 
+    def first(self, r: Request, at: int) -> None:
+        """``r``'s first token came at ``at`` with its prefill (``first_token=
+        "prefill"``): its first gap runs from there to its first decode."""
+        self._record(r).last = at
+
     def leave(self, r: Request) -> None:
         """``r`` leaves the decoders without finishing (a preemption)."""
         rec = self.records.get(r)

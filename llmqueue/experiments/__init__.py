@@ -13,6 +13,7 @@ from llmqueue.experiments.base import REGISTRY, Check, Experiment, RunOptions, r
 from llmqueue.experiments import point_c  # noqa: F401
 from llmqueue.experiments import single  # noqa: F401
 from llmqueue.experiments import trace  # noqa: F401
+from llmqueue.experiments import offline  # noqa: F401
 from llmqueue.experiments import azure  # noqa: F401
 from llmqueue.experiments import blowup  # noqa: F401
 from llmqueue.experiments import kmax_region  # noqa: F401

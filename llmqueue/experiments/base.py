@@ -5,8 +5,8 @@ runs.  The CLI, the sweeps and the scripts in ``scenarios/`` share these."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 from llmqueue.common.params import Param
 from llmqueue.common.validation import MAX_INT, MAX_INT_TEXT, shown
@@ -14,8 +14,10 @@ from llmqueue.engine.kv import ADMISSIONS, KV, MAX_BLOCK_SIZE, RESTARTS
 from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
-from llmqueue.hardware.latency import LATENCIES, latency_model
-from llmqueue.hardware.memory import kv_capacity
+from llmqueue.experiments.presets import apply_preset
+from llmqueue.hardware.latency import LATENCIES, latency_model, precision_of
+from llmqueue.hardware.memory import kv_capacity, kv_share
+from llmqueue.hardware.precision import DTYPES
 from llmqueue.hardware.specs import gpu as find_gpu
 from llmqueue.hardware.specs import model as find_model
 from llmqueue.models.latency import LatencyModel
@@ -71,17 +73,29 @@ def _known(lookup: Callable[[str], object], text: str) -> Optional[str]:
     return value
 
 
+#: The number formats the precision keys take.
+FORMATS = tuple(DTYPES)
 #: The latency keys of SPEC 9 beside the staircase's c, a, b0 (quiet at their defaults).
 LATENCY_PARAMS: Dict[str, Param] = {
     "latency": Param("str", "staircase", "batch-time model (step: SPEC 4's step model; "
                      "roofline: SPEC 8.3's, needs gpu and model)", LATENCIES),
     "gpu": Param("custom", None, "GPU, for latency=roofline or kv=auto",
                  reader=read_gpu, forms="a GPU name (e.g. A100-80GB) or none"),
-    "model": Param("custom", None, "model, for latency=roofline or kv=auto",
+    "model": Param("custom", None, "model or the path of its config.json, for "
+                   "latency=roofline or kv=auto",
                    reader=read_model,
-                   forms="a model name (e.g. codellama-34b) or none"),
+                   forms="a model name (e.g. codellama-34b), the path of a Hugging Face "
+                   "config.json, or none"),
     "tp": Param("int", 1, "GPUs per engine (tensor parallel), for roofline and kv=auto", low=1),
     "efficiency": Param("str", "default", "roofline efficiency preset", ("default", "ideal")),
+    "precision": Param("str", "bf16", "format of the layer weights and their GEMMs, for "
+                       "roofline and kv=auto (fp8: 1 byte at the GPU's FP8 rate; the LM head, "
+                       "attention math and KV cache stay bf16 unless set)", FORMATS),
+    "attention_precision": Param("str", "bf16", "format of attention's QK/PV math, for "
+                                 "roofline (fp8: FP8 attention kernels)", FORMATS),
+    "kv_cache_dtype": Param("str", "auto", "KV-cache element, for roofline and kv=auto "
+                            "(auto: bf16; fp8 halves the bytes per token)",
+                            ("auto",) + FORMATS + ("fp8_e4m3", "fp8_e5m2")),
 }
 LATENCY_PARAMS = {name: replace(p, quiet_default=True) for name, p in LATENCY_PARAMS.items()}
 ENGINE_PARAMS.update(LATENCY_PARAMS)
@@ -119,10 +133,19 @@ MEMORY_PARAMS: Dict[str, Param] = {
                           low=0.0),
     "kv_max_tokens": Param("int-or-none", None, "tokens kv_admission=peak reserves per request "
                            "(none: its vp + vd)", low=1),
+    "kv_cache_free_gpu_mem_fraction": Param(
+        "float-or-none", None, "kv=auto: the KV pool as a share of the memory the weights and "
+        "activations leave free (TensorRT-LLM's setting; none: gpu_memory_utilization)",
+        above=0.0, high=1.0),
+    "gpu_memory_utilization": Param(
+        "float-or-none", None, "kv=auto: the share of all memory for weights, activations and "
+        "the KV pool (vLLM's setting; none: 0.9)", above=0.0, high=1.0),
     "prefix": Param("bool", False, "prefix caching: requests whose prompts begin alike share "
                     "those KV blocks (needs kv; workloads with prefix ids: prefix_groups, "
                     "sessions, Mooncake traces)"),
 }
+#: The keys that state the KV pool of kv=auto as an engine does.
+SHARE_KEYS = ("kv_cache_free_gpu_mem_fraction", "gpu_memory_utilization")
 # added after sweeps already drew run seeds from every parameter: at their
 # defaults they stay out of the seeds, so runs without memory keep their numbers
 MEMORY_PARAMS = {name: replace(p, quiet_default=True) for name, p in MEMORY_PARAMS.items()}
@@ -182,19 +205,37 @@ def latency_of(p: Mapping[str, Any]) -> LatencyModel:
     unused = [] if kind == "staircase" else \
         [k for k in ("c", "a", "b0") if p.get(k, ENGINE_PARAMS[k].default) !=
          ENGINE_PARAMS[k].default]
-    hardware = ("efficiency",) if p.get("kv") == "auto" else ("gpu", "model", "tp", "efficiency")
+    roofline_only = ("efficiency", "attention_precision")
+    hardware = roofline_only if p.get("kv") == "auto" else \
+        ("gpu", "model", "tp", "precision", "kv_cache_dtype") + roofline_only
     if kind != "roofline":
         unused += [k for k in hardware if p.get(k, ENGINE_PARAMS[k].default) !=
                    ENGINE_PARAMS[k].default]
     if unused:
         users = {"c": "latency=staircase", "a": "latency=staircase", "b0": "latency=staircase",
-                 "efficiency": "latency=roofline"}
+                 **{k: "latency=roofline" for k in roofline_only}}
         need = sorted({users.get(k, "latency=roofline or kv=auto") for k in unused})
         raise ValueError(f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read "
                          f"with latency={kind}: {' / '.join(need)} reads it")
+    fraction, of = _share(p)
     return latency_model(kind, c=p["c"], a=p["a"], b0=p["b0"], gpu=p.get("gpu"),
                          model=p.get("model"), tp=p.get("tp", 1),
-                         efficiency=p.get("efficiency", "default"))
+                         efficiency=p.get("efficiency", "default"), **_formats(p),
+                         kv_fraction=fraction, kv_of=of)
+
+
+def _formats(p: Mapping[str, Any]) -> Dict[str, Any]:
+    """The precision keys of ``p`` as :func:`~llmqueue.hardware.latency.latency_model`
+    takes them."""
+    return {"precision": p.get("precision", "bf16"),
+            "attention_precision": p.get("attention_precision", "bf16"),
+            "kv_cache_dtype": p.get("kv_cache_dtype", "auto")}
+
+
+def _share(p: Mapping[str, Any]) -> Tuple[Optional[float], str]:
+    """``(fraction, of)`` of :func:`~llmqueue.hardware.memory.kv_capacity` from the
+    KV-share keys of ``p`` (:func:`~llmqueue.hardware.memory.kv_share`)."""
+    return kv_share(p.get("kv_cache_free_gpu_mem_fraction"), p.get("gpu_memory_utilization"))
 
 
 def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
@@ -202,7 +243,13 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
     (``None`` when ``kv`` is none or absent; other ``kv_*`` keys set away from
     their defaults without ``kv`` are an error, never ignored).  ``kv=auto`` is
     SPEC 8.4's :func:`~llmqueue.hardware.memory.kv_capacity` of ``model`` on
-    ``tp`` GPUs ``gpu``."""
+    ``tp`` GPUs ``gpu`` at the precision keys' formats, its share of memory
+    stated by ``kv_cache_free_gpu_mem_fraction`` or ``gpu_memory_utilization``
+    (neither: 0.9 of the whole)."""
+    shares = [name for name in SHARE_KEYS if p.get(name) is not None]
+    if shares and p.get("kv") != "auto":
+        raise ValueError(f"{', '.join(shares)} {'needs' if len(shares) == 1 else 'need'} "
+                         f"kv=auto (the capacity from gpu and model); got kv={p.get('kv')}")
     if p.get("kv") is None:
         changed = [name for name, param in MEMORY_PARAMS.items()
                    if name != "kv" and p.get(name, param.default) != param.default]
@@ -216,7 +263,9 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
         if not p.get("gpu") or not p.get("model"):
             raise ValueError("kv=auto needs gpu=NAME and model=NAME (SPEC 8.4's capacity of "
                              "that model on tp GPUs); give them or kv=TOKENS")
-        tokens = kv_capacity(p["gpu"], p["model"], p.get("tp", 1))
+        fraction, of = _share(p)
+        tokens = kv_capacity(p["gpu"], p["model"], p.get("tp", 1), fraction=fraction, of=of,
+                             precision=precision_of(**_formats(p)))
     return KV(capacity_tokens=tokens, block_size=p["kv_block"],
               admission=p["kv_admission"], preemption=p["kv_preemption"],
               restart=p["kv_restart"], watermark=p["kv_watermark"],
@@ -265,14 +314,21 @@ class Experiment:
     """Whether it runs several engines (per-engine and total rows)."""
 
     def resolve(self, overrides: Mapping[str, str]) -> Dict[str, Any]:
-        """Defaults with ``--set`` overrides parsed and checked."""
+        """Defaults with ``--set`` overrides parsed and checked, then an engine
+        preset (``engine``) filled in where no override gave the key."""
         values = {name: p.default for name, p in self.params.items()}
         for name, text in overrides.items():
             if name not in self.params:
                 raise ValueError(f"{self.name} has no parameter {name!r}; allowed: "
                                  f"{', '.join(self.params)}")
             values[name] = self.params[name].parse(name, text)
-        return values
+        return self.with_preset(values, overrides)
+
+    def with_preset(self, values: Mapping[str, Any], explicit: Iterable[str]) -> Dict[str, Any]:
+        """``values`` with the engine preset they name (``engine``,
+        :func:`~llmqueue.experiments.presets.apply_preset`) filled in, but for
+        the keys named in ``explicit``; as they are without an ``engine`` key."""
+        return apply_preset(values, explicit)
 
     def check_options(self, options: RunOptions,
                       flags: Optional[Mapping[str, str]] = None) -> None:

@@ -29,6 +29,18 @@ def add_memory_capacity(result: Result, p: Mapping[str, Any], latency: Any,
     result.add_figures(**figures)
 
 
+def decoded(p: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``p`` with ``vd`` the decode tokens a request processes: with
+    ``first_token=prefill`` and a prompt, a fixed ``vd >= 2`` less the first
+    token, which its prefill emits (the capacity figures count tokens of
+    work); as it is otherwise (a size law is read as given: one token of work
+    more than a run does per request)."""
+    vd = p.get("vd")
+    if p.get("first_token") == "prefill" and isinstance(vd, int) and vd >= 2 and p.get("vp"):
+        return {**p, "vd": vd - 1}
+    return p
+
+
 def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                     vd: Union[SizeValue, SizeLaw], latency: Any) -> Dict[str, Any]:
     """``mu_mem``, ``lambda_joint``, ``binding`` (SPEC 7.6, 9), the cache's

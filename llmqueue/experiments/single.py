@@ -10,7 +10,8 @@ from llmqueue.engine.simulate import simulate
 from llmqueue.experiments import point_c
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
                                        register)
-from llmqueue.experiments.capacity import add_memory_capacity
+from llmqueue.experiments.capacity import add_memory_capacity, decoded
+from llmqueue.experiments.presets import SERVING_PARAMS
 from llmqueue.experiments.traffic import (PREFIX_PARAMS, WORKLOAD_PARAMS, sessions_of,
                                           size_param, workload_of)
 
@@ -33,8 +34,8 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
         workload = workload_of(p, options.seed or 0, rate=rate)
     kwargs = engine_kwargs(p)
     result = simulate(workload, horizon=options.horizon or point_c.HORIZON, **kwargs,
-                      **options.logs())
-    add_memory_capacity(result, p, kwargs["latency"], rate)
+                      **options.logs(), first_token=p["first_token"])
+    add_memory_capacity(result, decoded(p), kwargs["latency"], rate)
     return [(str(p["scheduler"]), result)]
 
 
@@ -48,7 +49,7 @@ EXPERIMENT = register(Experiment(
             "rate": Param("float-or-none", None, "arrivals per second; overrides gap"),
             "vp": size_param(point_c.PREFILL, "prefill tokens per request"),
             "vd": size_param(point_c.DECODE, "decode tokens per request"),
-            "initial": WORKLOAD_PARAMS["initial"], **PREFIX_PARAMS},
+            "initial": WORKLOAD_PARAMS["initial"], **PREFIX_PARAMS, **SERVING_PARAMS},
     run=run,
     horizon=point_c.HORIZON,
     seeded=True,

@@ -11,6 +11,7 @@ from llmqueue.engine.options import RunOptions
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.base import (ENGINE_PARAMS, Experiment, Param, Rows, engine_kwargs,
                                        register)
+from llmqueue.experiments.presets import SERVING_PARAMS
 from llmqueue.experiments.traffic import PREFIX_PARAMS
 from llmqueue.models.traces import read_trace
 
@@ -24,7 +25,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     if not params["prefix"]:  # a trace's ids mean nothing to an engine without the cache
         workload = workload.without_ids()
     result = simulate(workload, horizon=options.horizon, **engine_kwargs(params),
-                      **options.logs())
+                      **options.logs(), first_token=params["first_token"])
     return [(str(params["scheduler"]), result)]
 
 
@@ -33,6 +34,6 @@ EXPERIMENT = register(Experiment(
     summary="replay a trace (CSV, or Mooncake .jsonl with prefix ids) until all finish",
     params={**ENGINE_PARAMS, "path": Param("str", "", "the trace file to replay (.csv or "
                                            ".jsonl)"),
-            "hash_block": PREFIX_PARAMS["hash_block"]},
+            "hash_block": PREFIX_PARAMS["hash_block"], **SERVING_PARAMS},
     run=run,
 ))

@@ -19,6 +19,7 @@ import numpy as np
 from llmqueue.common import validation
 from llmqueue.hardware.efficiency import FRACTIONS, TIMES, Efficiency
 from llmqueue.hardware.efficiency import efficiency as find_eff
+from llmqueue.hardware.precision import Precision
 from llmqueue.hardware.roofline import Roofline
 from llmqueue.hardware.specs import GPU, ModelShape
 from llmqueue.models.context import BatchContext
@@ -77,29 +78,29 @@ def _samples(samples: Iterable) -> Tuple[List[Tuple[int, int, int, Optional[Batc
 def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "default",
                  free: Sequence[str] = ("mfu", "mbu", "t_step"), *,
                  gpu: Union[str, GPU, None] = None, model: Union[str, ModelShape, None] = None,
-                 tp: Optional[int] = None, max_iter: int = 200) -> RooflineFit:
+                 tp: Optional[int] = None, precision: Union[str, Precision, None] = None,
+                 max_iter: int = 200) -> RooflineFit:
     """Fit the ``free`` fields of a roofline's :class:`Efficiency` to ``samples``.
 
     ``samples``: ``((decode, prefill, requests[, context]), seconds)`` pairs (a
     missing or None context is :func:`~llmqueue.hardware.roofline.assumed_context`).
     ``base``: the starting efficiency (preset name or instance) with ``gpu``,
-    ``model`` and ``tp`` (default 1) given, or a :class:`Roofline` that carries all
-    four.
+    ``model``, ``tp`` (default 1) and ``precision`` (default bf16) given, or a
+    :class:`Roofline` that carries all five.
     ``free``: fields of :class:`Efficiency` except ``tile``; efficiencies stay in
     (0, 1] and times >= 0.  Minimises the sum of squared relative errors.
     """
-    g: Union[str, GPU]
-    m: Union[str, ModelShape]
     if isinstance(base, Roofline):
-        if gpu is not None or model is not None or tp is not None:
-            raise ValueError("gpu, model and tp come from base when base is a Roofline; "
-                             "give one or the other")
-        g, m, tp, start = base.gpu, base.model, base.tp, base.efficiency
+        if gpu is not None or model is not None or tp is not None or precision is not None:
+            raise ValueError("gpu, model, tp and precision come from base when base is a "
+                             "Roofline; give one or the other")
+        start, roofline = base.efficiency, base
     else:
         if gpu is None or model is None:
             raise ValueError("gpu and model must be given unless base is a Roofline")
-        g, m, start = gpu, model, find_eff(base)
-        tp = 1 if tp is None else tp
+        start = find_eff(base)
+        roofline = Roofline(gpu, model, 1 if tp is None else tp, start,
+                            "bf16" if precision is None else precision)
     allowed = list(FRACTIONS + TIMES)
     free = list(free)
     if not free:
@@ -113,7 +114,6 @@ def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "de
                          "eta_el set to fit it")
     validation.positive_int("max_iter", max_iter)
     batches, measured = _samples(samples)
-    Roofline(g, m, tp, start)  # fail early on a bad configuration
     is_frac = np.array([name in FRACTIONS for name in free])
     lower = np.where(is_frac, 1.0, 0.0)
     upper = np.where(is_frac, _MAX_INVERSE, np.inf)
@@ -124,7 +124,7 @@ def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "de
         return dataclasses.replace(start, **values)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        model_ = Roofline(g, m, tp, eff_of(x))
+        model_ = roofline.with_efficiency(eff_of(x))
         t = np.array([model_.batch_time(d, p, r, c) for d, p, r, c in batches])
         return t / measured - 1.0
 
@@ -135,7 +135,7 @@ def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "de
     fitted = eff_of(x)
     r = residuals(x)
     undetermined = tuple(n for n, col in zip(free, jac.T) if not np.any(col))
-    return RooflineFit(Roofline(g, m, tp, fitted), fitted,
+    return RooflineFit(roofline.with_efficiency(fitted), fitted,
                        {n: getattr(fitted, n) for n in free},
                        float(np.mean(np.abs(r))), int(measured.size), undetermined)
 

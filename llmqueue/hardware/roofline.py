@@ -31,6 +31,8 @@ from llmqueue.common.units import MAX_SECONDS
 from llmqueue.hardware.efficiency import Efficiency
 from llmqueue.hardware.efficiency import efficiency as find_efficiency
 from llmqueue.hardware.memory import kv_capacity
+from llmqueue.hardware.precision import BF16, Precision
+from llmqueue.hardware.precision import precision as find_precision
 from llmqueue.hardware.specs import GPU, ModelShape
 from llmqueue.hardware.specs import gpu as find_gpu
 from llmqueue.hardware.specs import model as find_model
@@ -102,36 +104,56 @@ class Roofline:
     """SPEC 8.3's roofline batch-time model of ``model`` on ``tp`` GPUs ``gpu``.
 
     ``gpu`` and ``model`` are names or records; ``efficiency`` a preset name
-    (``"default"``, ``"ideal"``) or an :class:`Efficiency`.  Raises at
-    construction when ``heads`` or ``kv_heads`` is not divisible by ``tp`` or the
-    model leaves no KV memory (``kv_capacity`` <= 0, SPEC 8.4).
+    (``"default"``, ``"ideal"``) or an :class:`Efficiency`; ``precision`` a format
+    name (``"bf16"``, ``"fp8"``: :meth:`Precision.of` it) or a :class:`Precision`
+    naming each part's.  Each part is priced at its own format: the layer GEMMs
+    at the weights' FLOP/s and their bytes at the weights' size, the LM head at
+    the head's, attention's FLOPs at the attention's rate, KV reads at the KV
+    element's size, element-wise traffic and all-reduces at the activations'.
+    ``kv_fraction`` and ``kv_of`` state the KV share of memory as
+    :func:`~llmqueue.hardware.memory.kv_capacity` takes it.  Raises at
+    construction when ``heads`` or ``kv_heads`` is not divisible by ``tp``, a
+    part asks the GPU for a format it lacks (FP8 on an A100), or the model
+    leaves no KV memory (``kv_capacity`` <= 0, SPEC 8.4).
     """
 
     #: The engine passes a :class:`BatchContext` to this model.
     needs_context = True
 
     def __init__(self, gpu: Union[str, GPU], model: Union[str, ModelShape], tp: int = 1,
-                 efficiency: Union[str, Efficiency] = "default") -> None:
+                 efficiency: Union[str, Efficiency] = "default",
+                 precision: Union[str, Precision, None] = "bf16", *,
+                 kv_fraction: Optional[float] = None, kv_of: str = "total") -> None:
         self.gpu, self.model = find_gpu(gpu), find_model(model)
         self.tp = validation.positive_int("tp", tp)
         self.efficiency = find_efficiency(efficiency)
-        m, g, e = self.model, self.gpu, self.efficiency
+        #: The number format of each part (:class:`~llmqueue.hardware.precision.Precision`).
+        self.precision = find_precision(precision)
+        g, e, prec = self.gpu, self.efficiency, self.precision
+        m = prec.model(self.model)  # element sizes at the precision's formats
         assert m.kv_heads is not None and m.head_dim is not None  # by ModelShape.__post_init__
         for name, heads in (("heads", m.heads), ("kv_heads", m.kv_heads)):
             if heads % tp:
                 raise ValueError(f"tp must divide {m.name}'s {name}={heads}; got tp={tp} "
                                  f"({heads} / {tp} = {heads / tp:g})")
-        #: KV-cache capacity in tokens (SPEC 8.4 with its default constants).
-        self.kv_capacity = kv_capacity(g, m, tp)
-        flops, hbm = tp * g.flops, tp * g.hbm
+        self._share = (kv_fraction, kv_of)
+        #: KV-cache capacity in tokens (SPEC 8.4; ``kv_fraction`` of ``kv_of`` memory).
+        self.kv_capacity = kv_capacity(g, self.model, tp, fraction=kv_fraction, of=kv_of,
+                                       precision=prec)
+        flops, hbm = tp * prec.flops(g, "weights"), tp * g.hbm
+        head_flops, attn_flops = tp * prec.flops(g, "head"), tp * prec.flops(g, "attention")
         attn = 4 * m.heads * m.head_dim * m.layers
         kappa = m.kv_bytes_per_token()
+        head_bytes = prec.element_bytes(self.model, "head")
+        weights = m.weight_bytes * (m.layer_params() + m.head_params()) \
+            if head_bytes == m.weight_bytes else \
+            m.weight_bytes * m.layer_params() + head_bytes * m.head_params()
         self._gemm = 2 * m.layer_params() / (flops * e.mfu)            # per padded token
-        self._head = 2 * m.head_params() / (flops * e.mfu)             # per sequence
-        self._weights = m.weight_bytes * (m.layer_params() + m.head_params()) / (hbm * e.mbu)
-        self._ap_flops = attn / (flops * e.mfu_attn)
+        self._head = 2 * m.head_params() / (head_flops * e.mfu)        # per sequence
+        self._weights = weights / (hbm * e.mbu)
+        self._ap_flops = attn / (attn_flops * e.mfu_attn)
         self._ap_bytes = kappa / (hbm * e.mbu)
-        self._ad_flops = attn / (flops * e.mfu)
+        self._ad_flops = attn / (attn_flops * e.mfu)
         self._ad_bytes = kappa / (hbm * e.mbu_attn)
         g_el = m.ffn_matrices
         self._el = 0.0 if e.eta_el is None else \
@@ -141,6 +163,11 @@ class Roofline:
                           / (g.link * e.eta_link)) if tp > 1 else 0.0
         self._layer = m.layers * e.tau_layer
         self._check_times()
+
+    def with_efficiency(self, efficiency: Union[str, Efficiency]) -> "Roofline":
+        """This roofline (GPU, model, tp, precision, KV share) at another efficiency."""
+        return Roofline(self.gpu, self.model, self.tp, efficiency, self.precision,
+                        kv_fraction=self._share[0], kv_of=self._share[1])
 
     def _check_times(self) -> None:
         """Refuse hardware too slow for ``model``: the GPU figure whose share of
@@ -163,8 +190,10 @@ class Roofline:
 
     def __repr__(self) -> str:
         eff = self.efficiency.name or self.efficiency
+        prec = "" if self.precision == BF16 else \
+            f", precision={self.precision.name or self.precision!r}"
         return (f"Roofline(gpu={self.gpu.name!r}, model={self.model.name!r}, tp={self.tp}, "
-                f"efficiency={eff!r})")
+                f"efficiency={eff!r}{prec})")
 
     def _context(self, decode: int, prefill: int, requests: int,
                  context: Optional[BatchContext]) -> BatchContext:

@@ -1,10 +1,12 @@
 """Hardware and model specs as data (SPEC 8.1): :class:`GPU`, :class:`ModelShape`.
 
 The built-in records live in the package data files ``hardware/data/gpus.json``
-and ``hardware/data/models.json`` (units: ``flops`` dense BF16 FLOP/s, ``hbm``
-and ``link`` bytes/s, ``link`` per direction, ``memory`` bytes).  Look them up
-with :func:`gpu` and :func:`model`: names are case-insensitive and a
-parenthesised suffix is dropped (``"Mistral-7B (v0.1)"`` is ``mistral-7b``).
+and ``hardware/data/models.json`` (units: ``flops`` and ``fp8_flops`` dense BF16
+and FP8 FLOP/s, ``hbm`` and ``link`` bytes/s, ``link`` per direction, ``memory``
+bytes; sources in ``hardware/data/README.md``).  Look them up with :func:`gpu`
+and :func:`model`: names are case-insensitive and a parenthesised suffix is
+dropped (``"Mistral-7B (v0.1)"`` is ``mistral-7b``); :func:`model` also takes
+the path of a Hugging Face ``config.json`` (or of its folder).
 :func:`register_gpu` and :func:`register_model` add records; every function
 that takes a name also takes the record itself.  :meth:`ModelShape.from_hf_config`
 reads a Hugging Face ``config.json`` (a dict, a file or a folder holding one)
@@ -40,19 +42,23 @@ MAX_ELEMENT_BYTES = 64
 class GPU:
     """One accelerator: dense BF16 ``flops`` (FLOP/s), ``hbm`` bandwidth
     (bytes/s), ``memory`` (bytes) and the interconnect ``link`` (bytes/s per
-    direction)."""
+    direction); ``fp8_flops``, its dense FP8 tensor-core FLOP/s, is None for a
+    GPU without FP8 (the A100)."""
 
     name: str
     flops: float
     hbm: float
     memory: float
     link: float
+    fp8_flops: Optional[float] = None
 
     def __post_init__(self) -> None:
         _name("name", self.name)
         for field in ("flops", "hbm", "memory", "link"):
             validation.number_within(f"GPU {self.name} {field}", getattr(self, field),
                                      *GPU_RANGE)
+        if self.fp8_flops is not None:
+            validation.number_within(f"GPU {self.name} fp8_flops", self.fp8_flops, *GPU_RANGE)
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,8 @@ class ModelShape:
         hidden / heads), ``intermediate_size`` (or ``ffn_dim``), ``vocab_size``,
         ``tie_word_embeddings`` (default true, as in transformers) and ``hidden_act``
         (or ``activation_function``; ``silu`` means a gated FFN).  ``name`` defaults
-        to the config's ``_name_or_path``, else the folder's name.  A missing or bad
+        to the config's ``_name_or_path``, else the folder's name (the file's, when it
+        is not called ``config.json``).  A missing or bad
         key is a ValueError naming it and the file."""
         where = "config"
         if isinstance(config, Mapping):
@@ -172,8 +179,10 @@ class ModelShape:
                 raise ValueError(f"{path}: a model config must be a JSON object, "
                                  f"got {type(data).__name__}")
             if name is None:
-                name = data.get("_name_or_path") or os.path.basename(
-                    os.path.dirname(os.path.abspath(path))) or "custom"
+                stem = os.path.splitext(os.path.basename(path))[0]
+                name = data.get("_name_or_path") or (os.path.basename(
+                    os.path.dirname(os.path.abspath(path))) if stem == "config" else stem) \
+                    or "custom"
         return _from_config(data, where, name)
 
 
@@ -296,21 +305,27 @@ def gpu(name: Union[str, GPU]) -> GPU:
 
 def model(name: Union[str, ModelShape]) -> ModelShape:
     """The model shape of this name (case-insensitive, parenthesis dropped), or
-    ``name`` itself if it is a ModelShape."""
-    return _lookup("model", ModelShape, _models(), model_names(), name)
+    ``name`` itself if it is a ModelShape; a name no record has that ends in
+    ``.json`` or names an existing file or folder is read as a Hugging Face
+    ``config.json`` (:meth:`ModelShape.from_hf_config`; no network)."""
+    if isinstance(name, str) and key(name) not in _models() and (
+            name.strip().lower().endswith(".json") or os.path.exists(name)):
+        return ModelShape.from_hf_config(name.strip())
+    return _lookup("model", ModelShape, _models(), model_names(), name,
+                   " or the path of a Hugging Face config.json")
 
 
 T = TypeVar("T")
 
 
 def _lookup(kind: str, record: Type[T], table: Dict[str, T], names: List[str],
-            name: object) -> T:
+            name: object, other: str = "") -> T:
     """``name`` itself if it is a ``record``, else the entry of ``table`` it
-    names, else a ``ValueError`` listing the known names."""
+    names, else a ``ValueError`` listing the known names (and ``other`` forms)."""
     if isinstance(name, record):
         return name
     found = table.get(key(name)) if isinstance(name, str) else None
     if found is None:
-        raise ValueError(f"{kind} must be one of {', '.join(names)} (or a {record.__name__}); "
-                         f"got {name!r}")
+        raise ValueError(f"{kind} must be one of {', '.join(names)} (or a {record.__name__}"
+                         f"{other}); got {name!r}")
     return found

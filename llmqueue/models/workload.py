@@ -10,6 +10,7 @@ shorthands; :func:`llmqueue.models.traces.read_csv` replays a trace file.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional,
@@ -133,6 +134,27 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     return Workload(make, count, text, rate=getattr(arrivals, "rate", None),
                     mean_prefill=prefill_law.mean, mean_decode=decode_mean(decode_law),
                     initial=initial)
+
+
+def offline(count: int, prefill: SizeLike, decode: SizeLike, seed: int = 0) -> Workload:
+    """An offline batch: ``count`` requests all present at time 0 and none after,
+    sizes from the ``prefill`` and ``decode`` laws (a plain integer is a fixed
+    size), drawn as :func:`compose` draws them with ``initial=count`` (so the
+    same requests as the first ``count`` of ``run single --set initial=N``
+    with that seed).  Run without a horizon, every request finishes and the
+    run's ``duration`` is the batch's makespan; ``output_tokens_per_s`` is then
+    the offline throughput engines publish.  Its ``rate`` is ``None``: a batch
+    is no stream, so a run gives no stability verdict.
+
+    Examples:
+        >>> [(a.time, a.prefill, a.decode) for a in offline(3, 128, 16)]
+        [(0.0, 128, 16), (0.0, 128, 16), (0.0, 128, 16)]
+    """
+    validation.positive_int("count", count)
+    batch = compose(Renewal(1.0), prefill, decode, count=count, seed=seed, initial=count)
+    text = (f"offline batch of {count} requests at t=0, prefill {as_law('prefill', prefill)!r}, "
+            f"decode {as_law('decode', decode)!r}, seed={seed}")
+    return dataclasses.replace(batch, rate=None, description=text)
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:

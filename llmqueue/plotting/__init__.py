@@ -48,10 +48,11 @@ from llmqueue.plotting.storms import animate_storm, plot_limit_cycle, plot_storm
 from llmqueue.plotting.style import save
 from llmqueue.plotting.sweep import plot_heat, plot_lines
 from llmqueue.plotting.theorem2 import plot_theorem2
+from llmqueue.plotting.validation import plot_validation
 
 __all__ = ["animate_pending", "animate_storm", "plot_against_load", "plot_agents", "plot_backlogs",
            "plot_capacity", "plot_chunk_sweep", "plot_collapse", "plot_coprime", "plot_heat",
            "plot_latency_cdfs", "plot_limit_cycle", "plot_lines", "plot_memory_boundary",
            "plot_memory_waste", "plot_pending", "plot_pending_zoom", "plot_prefix_capacity",
            "plot_prefix_che", "plot_prefix_mooncake", "plot_prefix_routing", "plot_region",
-           "plot_sessions", "plot_storm", "plot_table1", "plot_theorem2", "save"]
+           "plot_sessions", "plot_storm", "plot_table1", "plot_theorem2", "plot_validation", "save"]

@@ -28,7 +28,7 @@ class Request:
 
     __slots__ = ("rid", "seq", "klass", "vp", "vd", "prefilled", "prefill_left", "end_mark",
                  "clock", "arrival", "admitted", "prefill_done", "first_token", "finished",
-                 "on_prefilled", "on_finished", "memory")
+                 "on_prefilled", "on_finished", "memory", "early")
 
     def __init__(self, rid: Hashable, vp: int, vd: int, klass: Hashable = None,
                  arrival: int = 0, seq: int = 0, prefilled: bool = False) -> None:
@@ -50,6 +50,10 @@ class Request:
         self.on_prefilled: Any = None  # the engine's events (SimPy), set on admission
         self.on_finished: Any = None
         self.memory: Any = None  # the engine's per-request KV record, when memory is on
+        self.early = False
+        """Its first output token comes with the iteration that completes its prefill
+        (``first_token="prefill"``): ``vd`` then counts the decode tokens it
+        processes, one fewer than its output tokens (:func:`output_tokens`)."""
 
     @property
     def decode_left(self) -> int:
@@ -63,6 +67,12 @@ class Request:
     def __repr__(self) -> str:
         return (f"Request(rid={self.rid}, prefill_left={self.prefill_left}, "
                 f"decode_left={self.decode_left})")
+
+
+def output_tokens(r: Request) -> int:
+    """Output tokens ``r`` produces: its decode tokens, and one more when its
+    first token comes with its prefill (:attr:`Request.early`)."""
+    return r.vd + r.early
 
 
 class View(Protocol):

@@ -120,9 +120,12 @@ def plan(scenario: Runnable, grid: Mapping[str, Sequence[object]],
             make_policy(name)  # fail before any run on an unknown scheduler
     order = [k for k in checked if k != "scheduler"] + list(fixed_values) + ["scheduler"]
     defaults = scen.resolve({})
+    preset = getattr(scen, "with_preset", None)  # an engine preset (``engine``), if it has one
     tasks = []
     for values in grids.expand({k: checked[k] for k in order if k in checked}):
         params = {**defaults, **fixed_values, **values}
+        if preset is not None:  # the keys of the grid and the fixed values are given
+            params = preset(params, set(fixed_values) | set(values))
         point = {k: params.get(k) for k in order}
         for replicate in range(seeds):
             seed = grids.run_seed(base_seed, _seeded(scen.params, params), replicate)

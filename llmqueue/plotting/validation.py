@@ -1,0 +1,46 @@
+"""Predicted against measured throughput (``llmqueue validate``): a point per
+published run, the line where they agree and bands of 10% and 20% error."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from llmqueue.plotting.style import decorate, figure_for, label
+
+
+def plot_validation(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any],
+                    settings: Optional[Mapping[str, str]] = None,
+                    ax: Optional[Axes] = None) -> Figure:
+    """Each row's predicted output tokens/s against its measured one (log
+    axes), one marker per model, with ``y = x`` and the 10% and 20% bands;
+    the title gives the median and largest error and any ``settings``."""
+    fig, ax = figure_for(ax, (9.0, 6.0))
+    values = [r[k] for r in rows for k in ("predicted", "output_tokens_per_s")]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
+    for share, alpha in ((0.1, 0.18), (0.2, 0.08)):
+        ax.fill_between([lo, hi], [lo * (1 - share), hi * (1 - share)],
+                        [lo * (1 + share), hi * (1 + share)], color="tab:blue", alpha=alpha,
+                        lw=0, label=f"within {share:.0%}")
+    groups: Dict[str, list] = {}
+    for r in rows:
+        groups.setdefault(f"{r['model']} on {r['tp']} x {r['gpu']}", []).append(r)
+    for (name, members), marker in zip(groups.items(), "osD^v<>px*"):
+        ax.scatter([r["output_tokens_per_s"] for r in members],
+                   [r["predicted"] for r in members], marker=marker, s=36, zorder=3,
+                   label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    given = ", ".join(f"{k}={v}" for k, v in (settings or {}).items())
+    title = (f"Offline throughput, predicted against published: median |error| "
+             f"{stats['median_abs_error']:.0%}, largest {stats['max_abs_error']:.0%}"
+             + (f"\n({given})" if given else ""))
+    decorate(ax, title, label("measured output throughput", "tokens/s"),
+             label("predicted output throughput", "tokens/s"), grid="both")
+    return fig
