@@ -20,7 +20,7 @@ SLOW = ("run azure", "run theorem2", "--dask", "llmqueue plan", "sweep ", "llmqu
         "run goodput", "run engines", "run kmax-region", "run rybko-stolyar", "run vertex-c",
         "run storms", "run limit-cycle", "run blowup", "run coprime", "run nie-table1",
         "run memory-boundary", "run memory-waste", "run agents", "run disaggregated",
-        "run parallel --set router=all")
+        "run parallel --set router=all", "llmqueue validate", "--set sessions=")
 
 
 def readme_commands():
