@@ -108,10 +108,8 @@ def test_output_blocks_are_cached_as_the_request_decodes():
     # a session's turn: turn 1 (4 prompt tokens, ids s0 s1; its 4 decode tokens fill
     # s2 and s3); turn 2's prompt is turn 1's 8 tokens plus 2: it hits all 4 blocks
     # (8 tokens <= P - 1 = 9)
-    rows = [(0.0, 4, 4, None), (1.0, 10, 2, None)]
     arrivals = [Arrival(0.0, 4, 4, None, ("s0", "s1"), ("s2", "s3"), 2),
                 Arrival(1.0, 10, 2, None, ("s0", "s1", "s2", "s3", "s4"), None, 2)]
-    assert len(rows) == len(arrivals)
     result = q.simulate(Workload(lambda: iter(arrivals), 2, "turns"), kmax=None,
                         kv=q.KV(num_blocks=100, prefix=True), requests=True, batches=True,
                         check_invariants=True)
@@ -221,7 +219,6 @@ def test_reports_name_each_hit(tmp_path):
     header, first, second = path.read_text().splitlines()
     assert header.endswith(",memory_area,cached_tokens")
     assert first.endswith(",0") and second.endswith(",2")  # 3 of 4 tokens: 1 whole block of 2
-    assert result.requests_frame is not None
     events = [e for e in chrome_trace([("run", result)])["traceEvents"]
               if e["name"] == "prefix hit"]
     assert [e["args"] for e in events] == [{"request": 1, "cached_tokens": 2}]

@@ -4,7 +4,6 @@ independent root finder, SPEC E10.2's capacity and E10.1's [T] figures."""
 import math
 import os
 from types import SimpleNamespace
-from typing import Hashable, NamedTuple, Optional, Tuple
 
 import pytest
 
@@ -19,17 +18,6 @@ H = 16
 
 def req(time, vp, blocks=None, out_blocks=None):
     return SimpleNamespace(time=time, prefill=vp, blocks=blocks, out_blocks=out_blocks)
-
-
-class PrefixArrival(NamedTuple):
-    """An Arrival extended with SPEC 10.1's two fields."""
-
-    time: float
-    prefill: int
-    decode: int
-    klass: Hashable = None
-    blocks: Optional[Tuple[Hashable, ...]] = None
-    out_blocks: Optional[Tuple[Hashable, ...]] = None
 
 
 # --- ideal hits -------------------------------------------------------------------------
@@ -82,8 +70,8 @@ def test_empty_and_zero_prompts():
 def test_requests_without_ids_share_nothing_and_arrival_works():
     plain = [Arrival(0.0, 32, 4), Arrival(1.0, 32, 4)]
     assert prefix.ideal_hits(plain, H) == [0, 0]
-    extended = [PrefixArrival(0.0, 32, 4, blocks=(7, 8)),
-                PrefixArrival(1.0, 32, 4, blocks=(7, 9))]
+    extended = [Arrival(0.0, 32, 4, blocks=(7, 8)),
+                Arrival(1.0, 32, 4, blocks=(7, 9))]
     assert prefix.ideal_hits(extended, H) == [0, H]
 
 
