@@ -11,6 +11,7 @@ import warnings
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from llmqueue import experiments
+from llmqueue.cli import calibrate as calibrate_cli
 from llmqueue.cli import capacity as capacity_cli
 from llmqueue.cli import validate as validate_cli
 from llmqueue.cli import latency as latency_cli
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     latency_cli.add_parser(sub)
     plan_cli.add_parser(sub)
     validate_cli.add_parser(sub)
+    calibrate_cli.add_parser(sub)
     cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
                          "with Theorem 2's verdict per scheduler")
     cap.add_argument("--scheduler", help="give only this scheduler's verdict")

@@ -15,6 +15,8 @@ from llmqueue.engine.options import ALL_OPTIONS, RunOptions
 from llmqueue.engine.results import Result
 from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.presets import apply_preset
+from llmqueue.hardware.efficiency import efficiency as find_efficiency
+from llmqueue.hardware.efficiency import is_profile_path
 from llmqueue.hardware.latency import LATENCIES, latency_model, precision_of
 from llmqueue.hardware.memory import kv_capacity, kv_share
 from llmqueue.hardware.precision import DTYPES
@@ -65,6 +67,14 @@ def read_model(name: str, text: str) -> Optional[str]:
     return _known(find_model, text)
 
 
+def read_efficiency(name: str, text: str) -> str:
+    """The ``efficiency`` key: a preset name or a profile's path, checked by
+    reading it (:func:`~llmqueue.hardware.efficiency.efficiency`)."""
+    value = str(text).strip()
+    find_efficiency(value)
+    return value.lower() if not is_profile_path(value) else value
+
+
 def _known(lookup: Callable[[str], object], text: str) -> Optional[str]:
     value = str(text).strip()
     if value.lower() in ("", "none"):
@@ -87,7 +97,9 @@ LATENCY_PARAMS: Dict[str, Param] = {
                    forms="a model name (e.g. codellama-34b), the path of a Hugging Face "
                    "config.json, or none"),
     "tp": Param("int", 1, "GPUs per engine (tensor parallel), for roofline and kv=auto", low=1),
-    "efficiency": Param("str", "default", "roofline efficiency preset", ("default", "ideal")),
+    "efficiency": Param("custom", "default", "roofline efficiency: a preset or a profile "
+                        "llmqueue calibrate wrote", reader=read_efficiency,
+                        forms="default, ideal, trtllm, or the path of a profile .json"),
     "precision": Param("str", "bf16", "format of the layer weights and their GEMMs, for "
                        "roofline and kv=auto (fp8: 1 byte at the GPU's FP8 rate; the LM head, "
                        "attention math and KV cache stay bf16 unless set)", FORMATS),

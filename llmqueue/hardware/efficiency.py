@@ -2,13 +2,17 @@
 
 :class:`Efficiency` holds the utilisations and fixed overheads of
 :class:`llmqueue.hardware.roofline.Roofline`; :func:`efficiency` resolves a
-preset name (``"ideal"``, ``"default"``) or passes an instance through.
+preset name (``"ideal"``, ``"default"``) or the path of a profile file
+(:func:`read_profile`: what ``llmqueue calibrate`` writes), or passes an
+instance through.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Dict, Optional, Tuple, Union
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Optional, Tuple, Union
 
 from llmqueue.common import validation
 
@@ -65,20 +69,67 @@ class Efficiency:
         return next((k for k, v in PRESETS.items() if v == self), None)
 
 
-#: The presets of SPEC 8.3: ``ideal`` (a lower bound on any engine) and
-#: ``default`` (calibrated on Vidur's A100/H100 operator times).
+#: The presets: ``ideal`` (a lower bound on any engine), ``default``
+#: (calibrated on Vidur's A100/H100 operator times) and ``trtllm`` (fitted by
+#: ``llmqueue calibrate`` to TensorRT-LLM's published H100 offline throughput,
+#: FP8, the 21 rows shipped in ``experiments/data``; docs/validation.md).
 PRESETS: Dict[str, Efficiency] = {
     "ideal": Efficiency(mfu=1.0, mbu=1.0, mfu_attn=1.0, mbu_attn=1.0, eta_el=None, tile=1,
                         tau_layer=0.0, t_step=0.0, t_req=0.0, alpha=0.0, eta_link=1.0),
     "default": Efficiency(),
+    "trtllm": Efficiency(mfu=0.698, mbu=0.714, mfu_attn=0.781, mbu_attn=0.95,
+                         tau_layer=87.7e-6, t_step=0.0),
 }
 
 
+#: The key of a profile file that holds its :class:`Efficiency` fields.
+PROFILE_KEY = "efficiency"
+
+
+def is_profile_path(value: object) -> bool:
+    """Whether ``value`` names a profile file rather than a preset: a string
+    ending in ``.json`` or naming an existing file."""
+    return isinstance(value, str) and value.lower() not in PRESETS and (
+        value.strip().lower().endswith(".json") or os.path.isfile(value.strip()))
+
+
+def read_profile(path: str) -> Efficiency:
+    """The :class:`Efficiency` of the profile file at ``path``: a JSON object
+    whose ``"efficiency"`` member holds its fields (others take their default
+    values); what ``llmqueue calibrate --profile`` writes.  A missing file, bad
+    JSON or a bad field is a one-line ``ValueError`` naming the file."""
+    path = path.strip()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise ValueError(f"efficiency profile {path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ValueError(f"efficiency profile {path}: not JSON ({exc})") from None
+    values: Any = data.get(PROFILE_KEY) if isinstance(data, dict) else None
+    if not isinstance(values, dict):
+        raise ValueError(f"efficiency profile {path}: expected a JSON object with an "
+                         f"{PROFILE_KEY!r} object of fields")
+    known = {f.name for f in fields(Efficiency)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"efficiency profile {path}: unknown field(s) {', '.join(unknown)}; "
+                         f"allowed: {', '.join(sorted(known))}")
+    try:
+        return Efficiency(**values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"efficiency profile {path}: {exc}") from None
+
+
 def efficiency(value: Union[str, Efficiency]) -> Efficiency:
-    """The preset of this name, or ``value`` itself if it is an :class:`Efficiency`."""
+    """The preset of this name, the profile at this path (:func:`read_profile`),
+    or ``value`` itself if it is an :class:`Efficiency`."""
     if isinstance(value, Efficiency):
         return value
     if isinstance(value, str) and value.lower() in PRESETS:
         return PRESETS[value.lower()]
-    raise ValueError(f"efficiency must be one of {', '.join(PRESETS)} or an Efficiency; "
+    if is_profile_path(value):
+        return read_profile(str(value))
+    raise ValueError(f"efficiency must be one of {', '.join(PRESETS)}, the path of a "
+                     f"profile file (.json, written by llmqueue calibrate) or an Efficiency; "
                      f"got {value!r}")

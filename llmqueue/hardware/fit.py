@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -131,7 +131,7 @@ def fit_roofline(samples: Iterable, base: Union[str, Efficiency, Roofline] = "de
     x = np.array([1 / getattr(start, n) if f else getattr(start, n) / _TIME_UNIT
                   for n, f in zip(free, is_frac)], dtype=float)
     x = np.clip(x, lower, upper)
-    x, jac = _levenberg_marquardt(residuals, x, lower, upper, max_iter)
+    x, jac = levenberg_marquardt(residuals, x, lower, upper, max_iter)
     fitted = eff_of(x)
     r = residuals(x)
     undetermined = tuple(n for n, col in zip(free, jac.T) if not np.any(col))
@@ -152,9 +152,13 @@ def _jacobian(fun, x: np.ndarray, r: np.ndarray, upper: np.ndarray) -> np.ndarra
     return jac
 
 
-def _levenberg_marquardt(fun, x: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-                         max_iter: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Minimise ``|fun(x)|^2`` within the box: Marquardt-scaled steps, clipped."""
+def levenberg_marquardt(fun: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
+                        lower: np.ndarray, upper: np.ndarray,
+                        max_iter: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Minimise ``|fun(x)|^2`` over ``x`` within the box ``lower <= x <= upper``:
+    Marquardt-scaled steps, clipped to the box, forward-difference derivatives.
+    Returns ``x`` and the last Jacobian (a zero column: a field the residuals
+    do not depend on)."""
     r = fun(x)
     cost = float(r @ r)
     lam = 1e-3

@@ -14,7 +14,9 @@ builds the usual cases from one name.
 
 Formats (:data:`DTYPES`): ``bf16`` and ``fp16`` (2 bytes, the GPU's ``flops``)
 and ``fp8`` (1 byte, the GPU's ``fp8_flops``; a GPU without FP8 tensor cores,
-such as the A100, refuses it for math).  A model record's ``weight_bytes``,
+such as the A100, refuses it for math), each at the GPU's sustained ``clock``
+(:attr:`~llmqueue.hardware.specs.GPU.sustained_flops`: the datasheet's figure
+itself at the default ``clock = 1``).  A model record's ``weight_bytes``,
 ``act_bytes`` and ``kv_bytes`` are its element sizes at 16 bits (2 for every
 built-in); an ``fp8`` part takes 1 byte instead.
 """
@@ -93,12 +95,15 @@ class Precision:
 
     def flops(self, gpu: GPU, part: str) -> float:
         """Dense FLOP/s of ``gpu`` for ``part`` (``weights``, ``head`` or
-        ``attention``) at its format; a GPU without that format's tensor cores is
-        a ValueError saying so."""
+        ``attention``) at its format and the GPU's sustained clock
+        (``sustained_flops``, ``sustained_fp8_flops``: the one place a roofline
+        reads compute rates); a GPU without that format's tensor cores is a
+        ValueError saying so."""
         fmt = getattr(self, part)
         if DTYPES[fmt] == 2:
-            return gpu.flops
-        if gpu.fp8_flops is None:
+            return gpu.sustained_flops
+        fp8 = gpu.sustained_fp8_flops
+        if fp8 is None:
             what = {"weights": "the layer GEMMs (precision)",
                     "attention": "attention's math (attention_precision)",
                     "head": "the LM head"}[part]
@@ -106,7 +111,7 @@ class Precision:
                 f"{gpu.name} has no FP8 tensor cores (its datasheet lists no FP8 rate), so "
                 f"{what} cannot run in fp8 on it; use bf16 there (an FP8 KV cache, "
                 f"kv_cache_dtype=fp8, needs no FP8 math and is allowed)")
-        return gpu.fp8_flops
+        return fp8
 
     def element_bytes(self, model: ModelShape, part: str) -> float:
         """Bytes per element of ``part`` of ``model``: the record's own size at 16

@@ -33,6 +33,7 @@ from llmqueue.hardware.efficiency import efficiency as find_efficiency
 from llmqueue.hardware.memory import kv_capacity
 from llmqueue.hardware.precision import BF16, Precision
 from llmqueue.hardware.precision import precision as find_precision
+from llmqueue.hardware.run_time import Iterations, RunTotals
 from llmqueue.hardware.specs import GPU, ModelShape
 from llmqueue.hardware.specs import gpu as find_gpu
 from llmqueue.hardware.specs import model as find_model
@@ -260,13 +261,40 @@ class Roofline:
         once, with the same operations in the same order (so the same floats):
         the capacity search over every batch size up to ``bmax``."""
         b = np.asarray(tokens, dtype=np.int64)
+        return self.iteration_times(Iterations(0, b, 1, 0, 0, b * b, 0))
+
+    def iteration_times(self, work: Iterations) -> np.ndarray:
+        """Seconds of every iteration of ``work`` (:class:`Iterations`: numpy
+        arrays or numbers, broadcast), each exactly :meth:`batch_time` of that
+        batch and context, computed with the same operations in the same order
+        (so the same floats): a whole run priced at once."""
         e = self.efficiency
-        padded = e.tile * -(-b // e.tile)
-        lin = np.maximum(self._gemm * padded + self._head * 1, self._weights)
-        ap = np.maximum(self._ap_flops * (0 + (b * b + b) / 2), self._ap_bytes * (0 + b))
-        ad = max(self._ad_flops * 0, self._ad_bytes * (0 + 0))
-        return (e.t_step + e.t_req * 1 + self._layer + lin + ap + ad + self._el * b
-                + (self._tp_fixed + self._tp_token * b))
+        decode, prefill, chunks, decode_ctx, chunk_ctx, chunk_sq, chunk_cross = work
+        tokens = decode + prefill
+        seqs = chunks + decode
+        padded = e.tile * -(-tokens // e.tile)
+        lin = np.maximum(self._gemm * padded + self._head * seqs, self._weights)
+        ap = np.maximum(self._ap_flops * (chunk_cross + (chunk_sq + prefill) / 2),
+                        self._ap_bytes * (chunk_ctx + prefill))
+        ad = np.maximum(self._ad_flops * decode_ctx, self._ad_bytes * (decode_ctx + decode))
+        return (e.t_step + e.t_req * seqs + self._layer + lin + ap + ad + self._el * tokens
+                + (self._tp_fixed + self._tp_token * tokens))
+
+    def run_totals(self, work: Iterations) -> RunTotals:
+        """``work`` reduced for :meth:`run_seconds` (at this roofline's hardware,
+        model, precision and GEMM tile; any other efficiency of them may price it)."""
+        return RunTotals.of(work, self._head / self._gemm, self.efficiency.tile)
+
+    def run_seconds(self, run: RunTotals) -> float:
+        """The sum of :meth:`iteration_times` over the iterations ``run``
+        reduces (:meth:`run_totals` of a roofline differing at most in its
+        efficiency, tile aside), in O(log n) and equal to the sum up to rounding."""
+        e = self.efficiency
+        return (run.iterations * (e.t_step + self._layer + self._tp_fixed)
+                + e.t_req * run.sequences + (self._el + self._tp_token) * run.tokens
+                + run.lin.total(self._gemm, self._weights)
+                + run.prefill_attention.total(self._ap_flops, self._ap_bytes)
+                + run.decode_attention.total(self._ad_flops, self._ad_bytes))
 
     def batch_times(self, decode: int, prefill: int, requests: int, context: BatchContext,
                     k: int) -> List[float]:
@@ -277,18 +305,17 @@ class Roofline:
         the engine's skip-ahead over context runs."""
         c = self._context(decode, prefill, requests, context)
         validation.positive_int("k", k)
+        dc, cc, cross, sq = c.decode_ctx, c.chunk_ctx, c.chunk_cross, c.chunk_sq
+        if k >= VECTOR:
+            j = np.arange(k, dtype=np.int64)
+            return self.iteration_times(Iterations(decode, prefill, c.chunks, dc + j * decode,
+                                                   cc + j * prefill, sq, cross + j * sq)
+                                        ).tolist()
         lin, _, _, el, tp, _, seqs = self._sides(decode, prefill, c)
         e = self.efficiency
         head = e.t_step + e.t_req * seqs + self._layer + max(lin)
         half = (c.chunk_sq + prefill) / 2
         ap_f, ap_b, ad_f, ad_b = self._ap_flops, self._ap_bytes, self._ad_flops, self._ad_bytes
-        dc, cc, cross, sq = c.decode_ctx, c.chunk_ctx, c.chunk_cross, c.chunk_sq
-        if k >= VECTOR:
-            j = np.arange(k, dtype=np.int64)
-            dcs, ccs, crosses = dc + j * decode, cc + j * prefill, cross + j * sq
-            seconds = head + np.maximum(ap_f * (crosses + half), ap_b * (ccs + prefill)) \
-                + np.maximum(ad_f * dcs, ad_b * (dcs + decode)) + el + tp
-            return seconds.tolist()
         out = []
         for _ in range(k):
             ap, ap_m = ap_f * (cross + half), ap_b * (cc + prefill)

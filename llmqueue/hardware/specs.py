@@ -5,8 +5,12 @@ and ``hardware/data/models.json`` (units: ``flops`` and ``fp8_flops`` dense BF16
 and FP8 FLOP/s, ``hbm`` and ``link`` bytes/s, ``link`` per direction, ``memory``
 bytes; sources in ``hardware/data/README.md``).  Look them up with :func:`gpu`
 and :func:`model`: names are case-insensitive and a parenthesised suffix is
-dropped (``"Mistral-7B (v0.1)"`` is ``mistral-7b``); :func:`model` also takes
-the path of a Hugging Face ``config.json`` (or of its folder).
+dropped (``"Mistral-7B (v0.1)"`` is ``mistral-7b``, MLPerf's
+``"H200-SXM-141GB (700W, preview)"`` is ``h200-sxm-141gb``); :func:`gpu` also
+takes MLPerf's names of parts that are exactly a record (:func:`gpu_aliases`:
+``H100-SXM-80GB`` is the ``H100``) and :func:`model` the path of a Hugging Face
+``config.json`` (or of its folder).  A GPU's ``clock`` scales its compute rates
+(:attr:`GPU.sustained_flops`), never its bandwidths.
 :func:`register_gpu` and :func:`register_model` add records; every function
 that takes a name also takes the record itself.  :meth:`ModelShape.from_hf_config`
 reads a Hugging Face ``config.json`` (a dict, a file or a folder holding one)
@@ -25,7 +29,7 @@ import os
 import re
 from dataclasses import KW_ONLY, dataclass
 from importlib import resources
-from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from llmqueue.common import files, validation
 
@@ -36,6 +40,8 @@ from llmqueue.common import files, validation
 GPU_RANGE = (1.0, 1e30)
 #: Most bytes one weight, activation or KV element may take (fp64 takes 8).
 MAX_ELEMENT_BYTES = 64
+#: The largest ``clock`` a GPU may have (above 0): twice the reference's.
+MAX_CLOCK = 2.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,18 @@ class GPU:
     """One accelerator: dense BF16 ``flops`` (FLOP/s), ``hbm`` bandwidth
     (bytes/s), ``memory`` (bytes) and the interconnect ``link`` (bytes/s per
     direction); ``fp8_flops``, its dense FP8 tensor-core FLOP/s, is None for a
-    GPU without FP8 (the A100)."""
+    GPU without FP8 (the A100).  ``flops`` and ``fp8_flops`` are the datasheet's.
+
+    ``clock`` is the part's sustained tensor-core clock under its power limit,
+    relative to the reference's: a 700 W H100/H200 SXM under the same sustained
+    GEMM load, whose throttling the ``default`` efficiency (calibrated on such
+    parts) already holds.  It scales the compute rates a roofline prices at
+    (:attr:`sustained_flops`, :attr:`sustained_fp8_flops`), never the memory
+    bandwidth: 1.0 (the default, every record of SPEC 8.1) prices at the
+    datasheet's figures; 1.114 is a 1,000 W H200 that holds its boost clock
+    where the 700 W part throttles (``hardware/data/README.md`` derives the
+    built-ins' factors, estimates all).  Set it on a record of your own:
+    ``GPU(..., clock=0.9)``; it must be above 0 and at most :data:`MAX_CLOCK`."""
 
     name: str
     flops: float
@@ -51,6 +68,7 @@ class GPU:
     memory: float
     link: float
     fp8_flops: Optional[float] = None
+    clock: float = 1.0
 
     def __post_init__(self) -> None:
         _name("name", self.name)
@@ -59,6 +77,24 @@ class GPU:
                                      *GPU_RANGE)
         if self.fp8_flops is not None:
             validation.number_within(f"GPU {self.name} fp8_flops", self.fp8_flops, *GPU_RANGE)
+        if not validation.is_number(self.clock) or not 0 < self.clock <= MAX_CLOCK:
+            raise ValueError(f"GPU {self.name} clock must be a number > 0 and at most "
+                             f"{MAX_CLOCK:g} (the sustained clock relative to a 700 W "
+                             f"H100/H200 SXM's), got {validation.shown(self.clock)}")
+
+    @property
+    def sustained_flops(self) -> float:
+        """Dense BF16 FLOP/s at the sustained clock: ``flops * clock`` (``flops``
+        itself at ``clock = 1``)."""
+        return self.flops if self.clock == 1 else self.flops * self.clock
+
+    @property
+    def sustained_fp8_flops(self) -> Optional[float]:
+        """Dense FP8 FLOP/s at the sustained clock: ``fp8_flops * clock`` (None
+        without FP8; ``fp8_flops`` itself at ``clock = 1``)."""
+        if self.fp8_flops is None or self.clock == 1:
+            return self.fp8_flops
+        return self.fp8_flops * self.clock
 
 
 @dataclass(frozen=True)
@@ -240,6 +276,9 @@ def key(name: str) -> str:
 
 
 _GPUS: Dict[str, GPU] = {}
+#: Other names of built-in GPUs (``alias_of`` rows of ``gpus.json``): lookup
+#: key -> (the name as written, the record's lookup key).
+_GPU_ALIASES: Dict[str, Tuple[str, str]] = {}
 _MODELS: Dict[str, ModelShape] = {}
 
 
@@ -252,7 +291,11 @@ def _load(filename: str) -> list:
 def _gpus() -> Dict[str, GPU]:
     if not _GPUS:
         for record in _load("gpus.json"):
-            _GPUS.setdefault(key(record["name"]), GPU(**record))
+            if "alias_of" in record:
+                _GPU_ALIASES.setdefault(key(record["name"]),
+                                        (record["name"], key(record["alias_of"])))
+            else:
+                _GPUS.setdefault(key(record["name"]), GPU(**record))
     return _GPUS
 
 
@@ -289,8 +332,18 @@ def register_model(record: ModelShape, replace: bool = False) -> ModelShape:
 
 
 def gpu_names() -> List[str]:
-    """The known GPUs' names, in the order they were added."""
+    """The known GPUs' names, in the order they were added (one per record:
+    :func:`gpu_aliases` holds the other names :func:`gpu` takes)."""
     return [g.name for g in _gpus().values()]
+
+
+def gpu_aliases() -> Dict[str, str]:
+    """The other names of built-in GPUs, each with its record's name: MLPerf's
+    names of parts that are exactly a record (``"H100-SXM-80GB": "H100"``).
+    A record registered under such a name wins over the alias."""
+    table = _gpus()
+    return {name: table[target].name for k, (name, target) in _GPU_ALIASES.items()
+            if target in table and k not in table}
 
 
 def model_names() -> List[str]:
@@ -299,8 +352,18 @@ def model_names() -> List[str]:
 
 
 def gpu(name: Union[str, GPU]) -> GPU:
-    """The GPU of this name (case-insensitive), or ``name`` itself if it is a GPU."""
-    return _lookup("gpu", GPU, _gpus(), gpu_names(), name)
+    """The GPU of this name (case-insensitive, parenthesis dropped: MLPerf's
+    ``"H200-SXM-141GB-CTS (1000W)"``) or of this alias (:func:`gpu_aliases`), or
+    ``name`` itself if it is a GPU.  Names match whole: ``H200-SXM-141GB-CTS``
+    is never the ``H200-SXM-141GB``."""
+    table = _gpus()
+    if isinstance(name, str) and key(name) not in table:
+        target = _GPU_ALIASES.get(key(name), (name, ""))[1]
+        if target in table:
+            return table[target]
+    aliases = ", ".join(f"{alias} = {target}" for alias, target in gpu_aliases().items())
+    return _lookup("gpu", GPU, table, gpu_names(), name,
+                   f", or another name of one: {aliases}" if aliases else "")
 
 
 def model(name: Union[str, ModelShape]) -> ModelShape:

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from llmqueue.planning.spec import EngineSpec
-from llmqueue.policies.view import Request
+from llmqueue.policies.view import Request, output_tokens
 from llmqueue.theory.bounds import unloaded_latency
 from llmqueue.theory.slo import METRICS, SLO, SLOLike
 
@@ -100,8 +100,8 @@ def _fails(r: Request, lim: Dict[str, float], now: int, final: bool, done: Looku
         if "ttft" in lim and r.first_token is not None and \
                 (r.first_token - r.arrival) / 1e9 > lim["ttft"]:
             bits |= BIT["ttft"]
-        if "tpot" in lim and r.vd > 1 and r.first_token is not None and \
-                (r.finished - r.first_token) / 1e9 / (r.vd - 1) > lim["tpot"]:
+        if "tpot" in lim and output_tokens(r) > 1 and r.first_token is not None and \
+                (r.finished - r.first_token) / 1e9 / (output_tokens(r) - 1) > lim["tpot"]:
             bits |= BIT["tpot"]
         if "e2e" in lim and (r.finished - r.arrival) / 1e9 > lim["e2e"]:
             bits |= BIT["e2e"]
@@ -118,8 +118,8 @@ def _fails(r: Request, lim: Dict[str, float], now: int, final: bool, done: Looku
     age = (now - r.arrival) / 1e9
     if "ttft" in lim and r.prefill_done is None and age > lim["ttft"]:
         bits |= BIT["ttft"]
-    if "tpot" in lim and r.vd > 1 and r.first_token is not None and \
-            (now - r.first_token) / 1e9 / (r.vd - 1) > lim["tpot"]:
+    if "tpot" in lim and output_tokens(r) > 1 and r.first_token is not None and \
+            (now - r.first_token) / 1e9 / (output_tokens(r) - 1) > lim["tpot"]:
         bits |= BIT["tpot"]
     if "e2e" in lim and age > lim["e2e"]:
         bits |= BIT["e2e"]

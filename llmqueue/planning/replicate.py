@@ -33,6 +33,7 @@ import simpy
 
 from llmqueue.common.units import UNLIMITED, to_ticks
 from llmqueue.engine.clock import later_this_instant, now_ticks
+from llmqueue.engine.first_token import make_early
 from llmqueue.engine.prefix_cache import prefix_request
 from llmqueue.engine.processes import ROUTING, Engine
 from llmqueue.engine.recorder import Recorder
@@ -40,7 +41,7 @@ from llmqueue.network.network import Network, Pool
 from llmqueue.network.routers import make_router
 from llmqueue.planning.spec import EngineSpec, Traffic, arrivals, prompt_ids, request_classes
 from llmqueue.policies.builtin import make_policy
-from llmqueue.policies.view import Request
+from llmqueue.policies.view import Request, output_tokens
 from llmqueue.planning.monitor import Monitor, drain_limit, limits
 from llmqueue.theory.bounds import smallest_iteration
 from llmqueue.theory.drift import edge_slope
@@ -131,7 +132,12 @@ def _build(task: Task, router_seed: int
         recorder = Recorder(spec.bmax if spec.bmax is not None else UNLIMITED, tokens=True)
         engine = Engine(env, make_policy(spec.policy, chunked=spec.chunked), bmax=spec.bmax,
                         kmax=spec.kmax, latency=spec.latency, recorder=recorder, kv=spec.kv)
+        if spec.first_token == "prefill":  # the recorder counts the first tokens emitted
+            engine.residents.first_tokens = recorder
         return env, [engine], engine.submit
+    if spec.first_token == "prefill":
+        raise ValueError("first_token='prefill' is planned for one engine; a pool of engines "
+                         "runs first_token='decode'")
     if spec.kv is None:
         net = Network(seed=router_seed % (2**32))
         env = net.env
@@ -188,6 +194,7 @@ def run_replication(task: Task) -> Run:
     deadline = last + to_ticks(DRAIN * drain_limit(lims, vd[meas]))
     arrived = [0]
     requests: List[Request] = []
+    early = task.engine.first_token == "prefill"
 
     def feed() -> Generator[simpy.Event, object, None]:
         for i, (t, p, d) in enumerate(zip(times.tolist(), vp.tolist(), vd.tolist())):
@@ -198,7 +205,7 @@ def run_replication(task: Task) -> Run:
             r = Request(i, p, d, klass) if ids is None else \
                 prefix_request(i, p, d, klass, ids[i], None, hash_block)
             r.arrival = now_ticks(env)  # the engine sets it too (routing waits for the instant)
-            submit(r)
+            submit(make_early(r) if early else r)
             if i >= task.n_warm:
                 monitor.open.append((i - task.n_warm, r))
                 requests.append(r)
@@ -247,8 +254,8 @@ def run_replication(task: Task) -> Run:
     if not stopped[0] and len(backlog) == len(edges):
         slope, _ = edge_slope(edges, backlog)
     ttft = [(r.first_token - r.arrival) / 1e9 for r in requests if r.first_token is not None]
-    tpot = [(r.finished - r.first_token) / 1e9 / (r.vd - 1) for r in requests
-            if r.finished is not None and r.first_token is not None and r.vd > 1]
+    tpot = [(r.finished - r.first_token) / 1e9 / (output_tokens(r) - 1) for r in requests
+            if r.finished is not None and r.first_token is not None and output_tokens(r) > 1]
     gaps = [gap / 1e9 for gap in (done(r)[1] for r in requests) if gap is not None]
     busy = batches = tokens = 0
     for e in engines:

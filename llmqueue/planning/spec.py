@@ -15,16 +15,18 @@ seed gives the same unit-rate gaps, classes, sizes and content ids
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable, List, Mapping, Optional, Tuple
+from typing import Any, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from llmqueue.common import validation
+from llmqueue.engine.first_token import check_first_token
 from llmqueue.engine.kv import KV
 from llmqueue.models.arrivals import parse_arrival
 from llmqueue.models.prefixes import HASH_BLOCK
 from llmqueue.models.latency import LatencyModel, Staircase
-from llmqueue.models.sizes import Mixture, SizeLaw, SizeLike, as_law, decode_mean, decode_sizes
+from llmqueue.models.sizes import (Empirical, Mixture, SizeLaw, SizeLike, as_law, decode_mean,
+                                   decode_sizes)
 from llmqueue.planning.groups import Groups, groups_of
 
 
@@ -42,8 +44,13 @@ class EngineSpec:
     latency: LatencyModel = Staircase()
     chunked: bool = True
     kv: Optional[KV] = None
+    first_token: str = "decode"
+    """When a request's first token appears: ``decode`` (the paper's model) or
+    ``prefill`` (with its prompt's last iteration, as vLLM and TensorRT-LLM do;
+    one engine only)."""
 
     def __post_init__(self) -> None:
+        check_first_token(self.first_token)
         validation.positive_int("bmax", self.bmax)
         validation.optional_positive_int("kmax", self.kmax)
         if not callable(getattr(self.latency, "batch_time", None)):
@@ -93,6 +100,10 @@ class Traffic:
     cv: Optional[float] = None
     classes: Optional[Tuple[TrafficClass, ...]] = None
     groups: Optional[Groups] = None
+    pairs: Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]] = None
+    """``(prompts, outputs)`` of observed requests (built by :meth:`samples`):
+    each request is one of them, drawn uniformly with replacement, so a
+    prompt keeps its own output."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefill", as_law("prefill", self.prefill))
@@ -118,6 +129,20 @@ class Traffic:
         with a prefix cache (``KV(..., prefix=True)``) reuses a group's head."""
         spec = Groups(groups, zipf, shared, as_law("suffix", suffix), hash_block)
         return cls(spec.prompt, decode, cv, None, spec)
+
+    @classmethod
+    def samples(cls, prompts: Sequence[int], outputs: Sequence[int],
+                cv: Optional[float] = None) -> "Traffic":
+        """Requests drawn from observed ``(prompt, output)`` pairs (a benchmark's
+        dataset), uniformly with replacement; ``prefill`` and ``decode`` are
+        their empirical laws (the bounds read those)."""
+        p = tuple(int(x) for x in prompts)
+        d = tuple(int(x) for x in outputs)
+        if len(p) != len(d):
+            raise ValueError(f"prompts and outputs must pair up; got {len(p)} prompts and "
+                             f"{len(d)} outputs")
+        return cls(Empirical(np.array(p, dtype=np.int64)),
+                   Empirical(np.array(d, dtype=np.int64)), cv, pairs=(p, d))
 
     @classmethod
     def mix(cls, classes: Mapping[Hashable, Tuple[float, SizeLike, SizeLike]],
@@ -181,6 +206,9 @@ class Traffic:
         law = "poisson" if self.cv is None else f"gamma cv={self.cv:g}"
         if self.groups is not None:
             return f"{law}, {self.groups.describe()}, decode {self.decode_law!r}"
+        if self.pairs is not None:
+            return (f"{law}, {len(self.pairs[0]):,} (prompt, output) pairs sampled: prefill "
+                    f"mean {self.mean_prefill:.1f}, decode mean {self.mean_decode:.1f}")
         if self.classes is not None:
             return law + ", " + "; ".join(
                 f"class {c.name!r} {c.share:.3g}: prefill {c.prefill!r}, decode {c.decode!r}"
@@ -230,7 +258,11 @@ def arrivals(traffic: Traffic, n: int, seed: int, replication: int
     else:
         shape = 1.0 / (traffic.cv * traffic.cv)
         gaps = ra.gamma(shape, 1.0 / shape, n)
-    if traffic.classes is None:
+    if traffic.pairs is not None:
+        pick = rp.integers(0, len(traffic.pairs[0]), n)
+        prompts = np.array(traffic.pairs[0], dtype=np.int64)[pick]
+        outputs = np.maximum(np.array(traffic.pairs[1], dtype=np.int64)[pick], 1)
+    elif traffic.classes is None:
         prompts = traffic.prefill_law.sample(rp, n)
         outputs = decode_sizes(traffic.decode_law, rd, n)
     else:

@@ -13,12 +13,14 @@ from llmqueue.plotting.style import decorate, figure_for, label
 
 def plot_validation(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any],
                     settings: Optional[Mapping[str, str]] = None,
-                    ax: Optional[Axes] = None) -> Figure:
-    """Each row's predicted output tokens/s against its measured one (log
-    axes), one marker per model, with ``y = x`` and the 10% and 20% bands;
-    the title gives the median and largest error and any ``settings``."""
+                    ax: Optional[Axes] = None, key: str = "predicted",
+                    title: str = "Offline throughput, predicted against published") -> Figure:
+    """Each row's predicted output tokens/s (its ``key``) against its measured
+    one (log axes), one marker per model, with ``y = x`` and the 10% and 20%
+    bands; the title gives the median and largest error and any ``settings``."""
     fig, ax = figure_for(ax, (9.0, 6.0))
-    values = [r[k] for r in rows for k in ("predicted", "output_tokens_per_s")]
+    rows = [r for r in rows if r[key] is not None]
+    values = [r[k] for r in rows for k in (key, "output_tokens_per_s")]
     lo, hi = min(values) / 1.5, max(values) * 1.5
     ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
     for share, alpha in ((0.1, 0.18), (0.2, 0.08)):
@@ -30,7 +32,7 @@ def plot_validation(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any],
         groups.setdefault(f"{r['model']} on {r['tp']} x {r['gpu']}", []).append(r)
     for (name, members), marker in zip(groups.items(), "osD^v<>px*"):
         ax.scatter([r["output_tokens_per_s"] for r in members],
-                   [r["predicted"] for r in members], marker=marker, s=36, zorder=3,
+                   [r[key] for r in members], marker=marker, s=36, zorder=3,
                    label=name)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -38,9 +40,8 @@ def plot_validation(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any],
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
     given = ", ".join(f"{k}={v}" for k, v in (settings or {}).items())
-    title = (f"Offline throughput, predicted against published: median |error| "
-             f"{stats['median_abs_error']:.0%}, largest {stats['max_abs_error']:.0%}"
-             + (f"\n({given})" if given else ""))
+    title = (f"{title}: median |error| {stats['median_abs_error']:.0%}, largest "
+             f"{stats['max_abs_error']:.0%}" + (f"\n({given})" if given else ""))
     decorate(ax, title, label("measured output throughput", "tokens/s"),
              label("predicted output throughput", "tokens/s"), grid="both")
     return fig
