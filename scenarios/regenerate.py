@@ -62,6 +62,12 @@ PLAN = ("-m", "llmqueue", "plan", "--set", "scheduler=sarathi", "--set", "bmax=5
         "--price", "2.21", "--engines-for", "39", "--router", "jsq-tokens",
         "--plot", "plots/capacity_plan.png")
 
+#: The published-measurement figures (docs/validation.md, docs/mlperf.md).
+VALIDATE = ("-m", "llmqueue", "validate", "--plot", "plots/validation.png")
+CALIBRATE = ("-m", "llmqueue", "calibrate", "--plot", "plots/calibration.png")
+MLPERF = ("-m", "llmqueue", "mlperf", "--measurements", "shipped", "--plot",
+          "plots/mlperf_v41.png")
+
 #: Every producer of plots/, quickest first, with its wall time measured on the
 #: reference machine (2 cores, one producer at a time).
 PRODUCERS: Tuple[Producer, ...] = (
@@ -81,6 +87,9 @@ PRODUCERS: Tuple[Producer, ...] = (
     Producer("capacity_sweep", ("capacity_sweep.csv", "capacity_sweep.png"), 23),
     Producer("disaggregated", ("disaggregated.png",), 33),
     Producer("prefix_collapse", ("prefix_collapse.png",), 17),
+    Producer("validation", ("validation.png",), 15, VALIDATE),
+    Producer("calibration", ("calibration.png",), 35, CALIBRATE),
+    Producer("mlperf", ("mlperf_v41.png",), 95, MLPERF),
     Producer("prefix_sessions", ("prefix_sessions.png",), 26),
     Producer("prefix_che", ("prefix_che.png",), 35),
     Producer("nie_table1", ("nie_table1.png",), 34),

@@ -15,6 +15,7 @@ from llmqueue.cli import calibrate as calibrate_cli
 from llmqueue.cli import capacity as capacity_cli
 from llmqueue.cli import validate as validate_cli
 from llmqueue.cli import latency as latency_cli
+from llmqueue.cli import mlperf as mlperf_cli
 from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.cli.report import report, strict_json
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cli.add_parser(sub)
     validate_cli.add_parser(sub)
     calibrate_cli.add_parser(sub)
+    mlperf_cli.add_parser(sub)
     cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
                          "with Theorem 2's verdict per scheduler")
     cap.add_argument("--scheduler", help="give only this scheduler's verdict")

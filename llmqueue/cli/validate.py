@@ -17,8 +17,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
                                         "print the errors")
     p.add_argument("--measurements", metavar="FILE", default=None,
                    help="a CSV of engine,model,gpu,tp,precision,isl,osl,requests,"
-                        "output_tokens_per_s (default: TensorRT-LLM's published H100 "
-                        "offline rows, shipped with llmqueue)")
+                        "output_tokens_per_s, or vLLM benchmark_serving result JSON (give its "
+                        "gpu, tp and precision with --set) (default: TensorRT-LLM's "
+                        "published H100 offline rows, shipped with llmqueue)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an offline-batch key for every row, e.g. engine=none (llmqueue's "
                         "own defaults instead of the engine's), efficiency=ideal")

@@ -250,14 +250,16 @@ def calibrate(measurements: Sequence[Any], overrides: Optional[Mapping[str, str]
         eff = fit(rest, names, base) if rest else None
         for i in group:
             unseen[i] = predicted(runs[i], eff) if eff is not None else None
-    rows = [_row(r.measurement, predicted(r, fitted), unseen[i]) for i, r in enumerate(runs)]
+    rows = [_row(r.measurement, predicted(r, fitted), unseen[i], overrides)
+            for i, r in enumerate(runs)]
     return Calibration(fitted, names, holdout, rows, skipped)
 
 
-def _row(m: Any, fitted: float, unseen: Optional[float]) -> Dict[str, Any]:
-    from llmqueue.experiments.measurements import COLUMNS
+def _row(m: Any, fitted: float, unseen: Optional[float],
+         overrides: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    from llmqueue.experiments.measurements import settings, shown
     measured = m.output_tokens_per_s
-    return {**{c: getattr(m, c) for c in COLUMNS}, "line": m.line,
+    return {**shown(m, settings(m, overrides or {})), "line": m.line,
             "fitted": fitted, "fitted_error": (fitted - measured) / measured,
             "unseen": unseen,
             "unseen_error": None if unseen is None else (unseen - measured) / measured}

@@ -313,6 +313,17 @@ def settings(m: Measurement, overrides: Mapping[str, str]) -> Dict[str, str]:
     return keys
 
 
+def shown(m: Measurement, keys: Mapping[str, str]) -> Dict[str, Any]:
+    """``m``'s columns as a report shows them: the model, GPU, tensor
+    parallelism and precision that ran (``keys``: its :func:`settings`, where
+    ``--set`` gave what the row left empty)."""
+    out = {c: getattr(m, c) for c in COLUMNS}
+    for column in ("model", "gpu", "tp", "precision"):
+        if keys.get(column) not in (None, ""):
+            out[column] = keys[column]
+    return out
+
+
 def predict(m: Measurement, overrides: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Simulate ``m`` and return its row: the measurement, ``predicted``
     output tokens/s, the relative ``error`` ((predicted - measured) / measured)
@@ -320,11 +331,11 @@ def predict(m: Measurement, overrides: Optional[Mapping[str, str]] = None) -> Di
     from llmqueue import experiments  # every experiment registered
 
     experiment = experiments.REGISTRY["offline"]
-    p = experiment.resolve(settings(m, overrides or {}))
-    label, result = experiment.execute(p, RunOptions())[0]
+    keys = settings(m, overrides or {})
+    label, result = experiment.execute(experiment.resolve(keys), RunOptions())[0]
     s = result.summary
     predicted = s["output_tokens_per_s"]
-    return {**{c: getattr(m, c) for c in COLUMNS}, "predicted": predicted,
+    return {**shown(m, keys), "predicted": predicted,
             "error": (predicted - m.output_tokens_per_s) / m.output_tokens_per_s,
             "makespan_s": s["duration"], "preemptions": s.get("preemptions")}
 

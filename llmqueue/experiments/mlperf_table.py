@@ -64,7 +64,10 @@ class Predictor:
         return self._runs[key]
 
     def predict(self, row: MlperfRow, rows: Sequence[MlperfRow]) -> Dict[str, Any]:
-        """``row``'s prediction (``rows``: the file, for its Offline partner)."""
+        """``row``'s prediction (``rows``: the file, for its Offline partner):
+    ``predicted_tokens_per_s``, and for Server and Interactive rows the
+    search's other figures (:func:`~llmqueue.experiments.mlperf.figures`),
+    each named ``predicted_...`` beside the row's measured ones."""
         out: Dict[str, Any] = {"predicted_tokens_per_s": None, "calibrated_on": None,
                                "speed_factor": None, "calibration": None, "error": None}
         if row.unsupported:
@@ -85,8 +88,7 @@ class Predictor:
                     out["calibration"] = str(exc)
             result = mlperf.capacity(s, row.scenario.lower(), self.offline(row), eff,
                                      progress=False)
-            out.update(mlperf.figures(s, result))
-            out["predicted_tokens_per_s"] = out["tokens_per_s"]
+            out.update({f"predicted_{k}": v for k, v in mlperf.figures(s, result).items()})
         measured = row.tokens_per_s
         out["error"] = (out["predicted_tokens_per_s"] - measured) / measured
         return out

@@ -7,6 +7,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from llmqueue.plotting.style import decorate, figure_for, label
 
@@ -14,13 +15,16 @@ from llmqueue.plotting.style import decorate, figure_for, label
 def plot_validation(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any],
                     settings: Optional[Mapping[str, str]] = None,
                     ax: Optional[Axes] = None, key: str = "predicted",
-                    title: str = "Offline throughput, predicted against published") -> Figure:
-    """Each row's predicted output tokens/s (its ``key``) against its measured
-    one (log axes), one marker per model, with ``y = x`` and the 10% and 20%
+                    title: str = "Offline throughput, predicted against published",
+                    measured: str = "output_tokens_per_s",
+                    group: Optional[str] = None) -> Figure:
+    """Each row's predicted output tokens/s (its ``key``) against its
+    ``measured`` one (log axes), one marker per value of its ``group`` field
+    (default: its model, tp and GPU), with ``y = x`` and the 10% and 20%
     bands; the title gives the median and largest error and any ``settings``."""
     fig, ax = figure_for(ax, (9.0, 6.0))
     rows = [r for r in rows if r[key] is not None]
-    values = [r[k] for r in rows for k in (key, "output_tokens_per_s")]
+    values = [r[k] for r in rows for k in (key, measured)]
     lo, hi = min(values) / 1.5, max(values) * 1.5
     ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
     for share, alpha in ((0.1, 0.18), (0.2, 0.08)):
@@ -29,13 +33,18 @@ def plot_validation(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any],
                         lw=0, label=f"within {share:.0%}")
     groups: Dict[str, list] = {}
     for r in rows:
-        groups.setdefault(f"{r['model']} on {r['tp']} x {r['gpu']}", []).append(r)
+        name = str(r[group]) if group else f"{r['model']} on {r['tp']} x {r['gpu']}"
+        groups.setdefault(name, []).append(r)
     for (name, members), marker in zip(groups.items(), "osD^v<>px*"):
-        ax.scatter([r["output_tokens_per_s"] for r in members],
+        ax.scatter([r[measured] for r in members],
                    [r[key] for r in members], marker=marker, s=36, zorder=3,
                    label=name)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # 1, 2, 5 x 10^k labelled as plain numbers
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
