@@ -12,7 +12,7 @@ from typing import Any, Dict
 
 from llmqueue.cli.report import strict_json, table
 from llmqueue.cli.settings import pairs
-from llmqueue.common import files, progress
+from llmqueue.common import files, progress, validation
 
 #: The results file ``--measurements`` reads when given ``shipped``.
 SHIPPED = os.path.join(os.path.dirname(os.path.dirname(__file__)), "experiments", "data",
@@ -63,6 +63,8 @@ def cmd_mlperf(args: argparse.Namespace) -> None:
 
 def _scenario(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
     from llmqueue.experiments import mlperf
+    if args.offline_tokens_per_s is not None:
+        validation.positive_number("--offline-tokens-per-s", args.offline_tokens_per_s)
     s = mlperf.system(overrides)
     shown = not args.json
     run = mlperf.offline(s)
@@ -99,10 +101,10 @@ def _scenario(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
     if args.scenario == "offline":
         return
     r, limits = data["result"], mlperf.LIMITS[args.scenario]
+    share = r["tokens_per_s"] / offline["tokens_per_s"]
     print(f"{args.scenario.capitalize()}: {r['tokens_per_s']:,.0f} output tokens/s, "
           f"{r['samples_per_s']:,.2f} samples/s ({r['rate_per_copy']:.3f} per copy; it fails "
-          f"at {_rate(r['bracket_per_copy'][1])}), {r['tokens_per_s'] / offline['tokens_per_s']:.3f}"
-          f" of Offline")
+          f"at {_rate(r['bracket_per_copy'][1])}), {share:.3f} of Offline")
     if r["ttft_p99_s"] is not None:
         print(f"  p99 TTFT {r['ttft_p99_s']:.3f} s (limit {limits.ttft:g} s), p99 TPOT "
               f"{r['tpot_p99_s'] * 1e3:.1f} ms (limit {limits.tpot * 1e3:g} ms)")
@@ -136,7 +138,7 @@ def _table(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
     plot = args.plot and files.figure_path(args.plot, "--plot")
     if plot:
         files.check_outputs([("--plot", plot)], [("--measurements", path)])
-    rows = read_mlperf(path)
+    rows = read_mlperf(path, "--measurements")
     with progress.bar(len(rows), "row", shown=False if args.json else None, desc="mlperf",
                       leave=False) as bar:
         out = predict_file(rows, overrides, lambda done, total: bar.update(done - bar.n))

@@ -109,12 +109,13 @@ class MlperfRow(NamedTuple):
         return self.accelerators // (self.tp * self.pp)
 
 
-def read_mlperf(path: str) -> List[MlperfRow]:
+def read_mlperf(path: str, what: str = "path") -> List[MlperfRow]:
     """The rows of the MLPerf results CSV at ``path``, in file order (blank
     lines skipped); see the module docstring for the columns and the forms of
-    their cells."""
+    their cells.  ``what`` names the file in a message it cannot be read
+    (``--measurements``)."""
     rows: List[MlperfRow] = []
-    with files.open_text_input(path) as handle:
+    with files.open_text_input(path, what) as handle:
         reader = files.csv_rows(handle, handle.name)
         header = [cell.strip().lower() for cell in next(reader, (1, []))[1]]
         missing = [c for c in REQUIRED if c not in header]
