@@ -8,7 +8,7 @@ Sarathi engines, bmax = 512, kmax = 100, CodeLlama-34B staircase.
 
 The worker engine gets 2100 tokens per job, 75% of its capacity bmax / t_bmax;
 the others far less.  Every engine is below capacity, so every queue stays
-bounded (SPEC 6.4) -- yet each GPU is busy almost all the time, because a call
+bounded (docs/model.md §9.4) -- yet each GPU is busy almost all the time, because a call
 needs one iteration per output token however light the load in tokens is.
 
 Run:  python scenarios/agents.py   (table on the terminal, plot in plots/)

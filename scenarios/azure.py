@@ -10,12 +10,16 @@ Orca and vLLM stall decodes behind prefill-only batches, so their TPOT tail is
 ten times longer; FasterTransformer (decode-only while anyone decodes) starves
 prompts and falls hopelessly behind.
 
-Needs ../shared/traces (or edit PATH).  Run:  python scenarios/azure.py
+Needs the trace, which is not shipped: download AzureLLMInferenceTrace_conv.csv
+from https://github.com/Azure/AzurePublicDataset (AzureLLMInferenceDataset2023.md,
+licence CC-BY 4.0) into ../shared/traces beside the repository (or edit PATH);
+without it the script says so and skips (exit 0).  Run:  python scenarios/azure.py
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from llmqueue.cli.report import table
 from llmqueue.cli.script import script
@@ -31,7 +35,12 @@ CDF_PLOT = os.path.join(HERE, "..", "plots", "azure_latency_cdf.png")
 
 
 def main() -> None:
-    """Replay the trace under each scheduler, print the table, draw both figures."""
+    """Replay the trace under each scheduler, print the table, draw both figures
+    (or say where to get the trace, and skip, when it is absent)."""
+    if not os.path.exists(PATH):
+        absent = azure.absent_note() if PATH == azure.DEFAULT_TRACE else f"{PATH} is absent"
+        print(f"{os.path.basename(__file__)}: skipped: {absent}", file=sys.stderr)
+        return
     params = azure.EXPERIMENT.resolve({"path": PATH, "speedup": str(SPEEDUP)})
     rows = azure.run(params, RunOptions(timeseries=True))
     summaries = [result.row(label) for label, result in rows]

@@ -4,7 +4,7 @@ Poisson arrivals of requests with 100 prompt + 100 output tokens reach one
 engine with a budget of 512 tokens and no limit on residents, on the
 CodeLlama-34B staircase.  No scheduler serves more than 512 / t_512 = 3343
 tokens/s, so the capacity is lambda* = 3343 / 200 = 16.71 requests/s; above
-it the backlog grows at the fluid rate lambda * 200 - 3343 tokens/s (SPEC 6.2).
+it the backlog grows at the fluid rate lambda * 200 - 3343 tokens/s (docs/model.md §9.2).
 
 The sweep runs loads from 0.6 to 1.4 of lambda*, five seeds each, for the
 work-conserving Sarathi and the non-work-conserving vLLM, on a process pool,

@@ -16,7 +16,7 @@ It needs input-dominated requests (the prompt, not the output, fills the
 cache): with 6-token prompts in a 2,000-token cache the separation fails, and
 (2, 4) still preempts about 8 times per iteration.
 
-SPEC's figures are after 20,000 iterations; this runs them all (about an hour
+docs/model.md's figures are after 20,000 iterations; this runs them all (about an hour
 of CPU: each iteration serves hundreds of requests).
 
 Run:  python scenarios/coprime.py   (table, checks, plots/coprime.png)

@@ -3,7 +3,7 @@
 Fast-track is Sarathi with one twist: when at least K residents are decoding,
 the iteration skips the prefill chunk and serves only the decodes, so the
 requests already talking to a user are never slowed by a newcomer's prompt.
-Newcomers pay for it in time to first token.  Both run on the SPEC 6.6
+Newcomers pay for it in time to first token.  Both run on the docs/model.md §9.6
 workload (the sarathi-demo requests, step model, kmax = 16, no token budget).
 
 Run:  python scenarios/custom_policy.py
@@ -47,7 +47,7 @@ def main() -> None:
         row = demo.serve(requests, policy).row(label)
         row["tpot_p50"], row["tpot_p99"] = row["tpot_p50"] * 1e3, row["tpot_p99"] * 1e3
         rows.append(row)
-    print(f"SPEC 6.6 workload: {demo.COUNT} requests at {demo.RATE:g}/s, kmax = {demo.KMAX}, "
+    print(f"model §9.6's workload: {demo.COUNT} requests at {demo.RATE:g}/s, kmax = {demo.KMAX}, "
           f"chunk = {CHUNK}\n")
     print(table(rows, columns))
 

@@ -21,6 +21,7 @@ import os
 
 from llmqueue.cli.report import table
 from llmqueue.cli.script import script
+from llmqueue.common import progress
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import disaggregated as dis
 from llmqueue.plotting import plot_against_load, save
@@ -40,15 +41,18 @@ def main() -> None:
     params = dis.EXPERIMENT.resolve({})
     print(f"{params['gpus']} GPUs ({params['prefill_gpus']} prefill when split), load "
           f"{params['load']} of the colocated lambda*, horizon {dis.HORIZON:.0f} s\n")
-    rows = dis.run(params, RunOptions(horizon=dis.HORIZON, seed=SEED))
-    print(table([r.row(label) for label, r in rows], COLUMNS))
     curves = {mode: {"TTFT p99": [], "TPOT p99": []} for mode in ("colocated", "disaggregated")}
-    for load in LOADS:
-        for mode in curves:
-            total = dict(dis.simulate_mode({**params, "load": load}, mode, dis.HORIZON,
-                                           SEED))[f"{mode}/total"].summary
-            curves[mode]["TTFT p99"].append(total["ttft_p99"])
-            curves[mode]["TPOT p99"].append(total["tpot_p99"])
+    with progress.bar(1 + len(LOADS) * len(curves), "step", False, "disaggregated") as bar:
+        rows = dis.run(params, RunOptions(horizon=dis.HORIZON, seed=SEED))
+        bar.update()
+        for load in LOADS:
+            for mode in curves:
+                total = dict(dis.simulate_mode({**params, "load": load}, mode, dis.HORIZON,
+                                               SEED))[f"{mode}/total"].summary
+                curves[mode]["TTFT p99"].append(total["ttft_p99"])
+                curves[mode]["TPOT p99"].append(total["tpot_p99"])
+                bar.update()
+    print(table([r.row(label) for label, r in rows], COLUMNS))
     limits = {mode: dis.load_limit(params, mode) for mode in curves}
     gpus, prefill = params["gpus"], params["prefill_gpus"]
     save(plot_against_load(LOADS, curves, limits, f"Disaggregated ({prefill} prefill + "

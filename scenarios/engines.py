@@ -1,6 +1,6 @@
 """How many GPUs for 39 requests per second, and what the router is worth.
 
-SPEC 8.10's E8.6: the engine, traffic and SLO of E8.5 (scenarios/goodput.py),
+docs/model.md §7.10's E8.6: the engine, traffic and SLO of E8.5 (scenarios/goodput.py),
 K engines behind a router, 39 req/s in all.  No router keeps up with fewer than
 K_lb = floor(39 / 13.87) + 1 = 3 engines (Theorem 2 and Proposition 3), so
 ``plan_engines`` starts there, then doubles and bisects on K with 3
@@ -43,7 +43,7 @@ def main() -> None:
         steps = [f"K={p.engines} {p.decision}" + ("" if p.mean is None else
                  f" {p.mean:.3f}+-{p.hw or 0:.3f} ({p.reps})") for p in result.probes]
         print(f"  {router:<11} " + "; ".join(steps))
-    title = (f"Fewest engines for {params['rate']:g} req/s by router (SPEC E8.6): sarathi, "
+    title = (f"Fewest engines for {params['rate']:g} req/s by router (model §7.10, E8.6): sarathi, "
              f"bmax = {params['bmax']}, E8.5's SLO; {params['reps']} x {params['requests']} "
              f"requests a round (up to {params['max_reps']}), seed {SEED}")
     save(plot_capacity(list(results.values()), textwrap.fill(title, 100)), PLOT)

@@ -1,6 +1,6 @@
 """How many requests per second one GPU serves within an SLO, by scheduler.
 
-SPEC 8.10's E8.5 on the paper's GPU (the CodeLlama-34B staircase on one
+docs/model.md §7.10's E8.5 on the paper's GPU (the CodeLlama-34B staircase on one
 A100-80GB, bmax = 512, no kmax): Poisson traffic with geometric prompts (mean
 129 tokens) and outputs (mean 112), and an SLO of TTFT <= 1 s and TPOT <=
 0.15 s for at least 90 % of requests.  Theorem 2 caps every scheduler at
@@ -61,7 +61,7 @@ def main() -> None:
 def figure_title(params: dict) -> str:
     """The plot's title: the engine, the traffic, the SLO and the effort."""
     return textwrap.fill(
-        f"Goodput by scheduler (SPEC E8.5): staircase, bmax = {params['bmax']}, geometric "
+        f"Goodput by scheduler (model §7.10, E8.5): staircase, bmax = {params['bmax']}, geometric "
         f"{params['vp']:g}/{params['vd']:g}, TTFT <= {params['ttft']:g} s and TPOT <= "
         f"{params['tpot']:g} s for {params['target']:.0%}; {params['reps']} x "
         f"{params['requests']} requests a round, seed {SEED}", 100)

@@ -1,4 +1,4 @@
-"""The worst-case limit cycle of greedy admission (SPEC 7.8.4, Ao-Dong model).
+"""The worst-case limit cycle of greedy admission (docs/model.md §6.8.4, Ao-Dong model).
 
 The request type and cache of scenarios/storms.py (20 + 200 tokens,
 M = 100,000 KV tokens), but every iteration lasts tau = 1 s whatever it
@@ -36,7 +36,7 @@ from llmqueue.theory.greedy import limit_cycle_rate
 
 PNG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots", "limit_cycle.png")
 SEED = 1
-HORIZON = cycle.HORIZON            # iterations (SPEC's prototype: 20,000)
+HORIZON = cycle.HORIZON            # iterations (docs/model.md's prototype: 20,000)
 WINDOW = VD + 1                    # the moving average spans one cycle
 ZOOM = 3 * WINDOW                  # the zoom shows three cycles
 
@@ -44,7 +44,7 @@ ZOOM = 3 * WINDOW                  # the zoom shows three cycles
 def main() -> None:
     """Run the three rows, print the report with its contrast, draw the figure."""
     params = cycle.EXPERIMENT.resolve({})
-    print(f"SPEC 7.8.4, {HORIZON:,.0f} iterations of {cycle.TAU:g} s, figures over the second "
+    print(f"model §6.8.4, {HORIZON:,.0f} iterations of {cycle.TAU:g} s, figures over the second "
           "half\n")
     rows = cycle.run(params, RunOptions(horizon=HORIZON, seed=SEED, batches=True,
                                         requests=True))
@@ -53,7 +53,7 @@ def main() -> None:
     start = HORIZON / 2
     save(plot_limit_cycle(
         [(name, *cycle.completions(result)) for name, result in rows],
-        f"Greedy admission's worst-case limit cycle (SPEC 7.8.4): ({VP}, {VD}) tokens, "
+        f"Greedy admission's worst-case limit cycle (model §6.8.4): ({VP}, {VD}) tokens, "
         f"M = {M:,}, tau = {cycle.TAU:g} s, saturated\nrestart=scratch locks greedy into "
         f"cohorts of {M // (VP + VD)} every {VD + 1} iterations; restart=keep and "
         f"WAIT({QUOTA}) stay near M/g",

@@ -14,7 +14,7 @@ Saturated, 1:1 workload of Table 1, M = 131,000 tokens, no token budget:
   starts anyone new: the area stays about E[g], but the cache sits about 30%
   empty, and throughput falls to about 0.72 mu.
 
-Point C (SPEC 6.1) assumes no memory limit.  With the CodeLlama-34B KV cache an
+Point C (docs/model.md §9.1) assumes no memory limit.  With the CodeLlama-34B KV cache an
 A100-80GB really has (some 20-40 k tokens of 192 KiB each beside 63 GiB of
 weights) it would need about 77,900 tokens on average at 2.14 req/s: it is
 memory-bound and unstable under every policy.  The right panel runs

@@ -8,8 +8,9 @@ M / E[g] requests finish per iteration: with iterations of b̄ seconds the
 memory capacity is mu = M / (b̄ E[g]) requests/s, whatever the scheduler.
 
 Three workloads, M = 131,000 tokens, prompts and outputs uniform (1:1 both
-U{10..1600}; 2:1 prompts twice as long as outputs; 1:2 the reverse; SPEC
-names only the first law, the other two are derived from SPEC's E[g]):
+U{10..1600}; 2:1 prompts twice as long as outputs; 1:2 the reverse;
+docs/model.md §6.8.1 names only the first law, the other two are derived from
+its E[g]):
 
 * the calculator (Nie's chunked area at 512 tokens, continuous moments) gives
   the paper's 3.2636 / 3.9568 / 2.9020 req/s;

@@ -2,7 +2,7 @@
 
 Requests arrive as Poisson with geometric sizes (means 1000 prompt + 100 output
 tokens) at 0.95 * lambda*, where lambda* = K * (bmax / t_bmax) / (m_p + m_d) is
-the K-engine capacity of SPEC 6.3 (K = 4, bmax = 512, CodeLlama-34B staircase:
+the K-engine capacity of docs/model.md §9.3 (K = 4, bmax = 512, CodeLlama-34B staircase:
 lambda* = 12.16 requests/s).  All five routers keep the system stable at this
 load, but not equally well: random routing leaves one engine idle while
 another queues; join-the-shortest-queue by unprocessed tokens never does, and
@@ -17,6 +17,7 @@ import os
 
 from llmqueue.cli.report import table
 from llmqueue.cli.script import script
+from llmqueue.common import progress
 from llmqueue.experiments import parallel
 from llmqueue.network.routers import router_names
 from llmqueue.plotting import plot_pending, save
@@ -44,8 +45,13 @@ def main() -> None:
     print(f"{params['engines']} engines, bmax {params['bmax']}, load {params['load']} of "
           f"lambda* = {rate / params['load']:.2f} req/s ({rate:.2f} req/s), "
           f"horizon {parallel.HORIZON:.0f} s, seed {SEED}\n")
-    rows = [(router, parallel.simulate_router(params, router, parallel.HORIZON, SEED).total)
-            for router in router_names(cache_aware=False)]
+    routers = router_names(cache_aware=False)
+    rows = []
+    with progress.bar(len(routers), "run", False, "parallel") as bar:  # on a terminal only
+        for router in routers:
+            rows.append((router, parallel.simulate_router(params, router, parallel.HORIZON,
+                                                          SEED).total))
+            bar.update()
     print(table([r.row(label) for label, r in rows], COLUMNS))
     save(plot_pending(rows, f"{params['engines']} engines (bmax {params['bmax']}) at "
                       f"{params['load']:.0%} of lambda* = {rate / params['load']:.2f} req/s: "

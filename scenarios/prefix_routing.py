@@ -34,9 +34,11 @@ Run:  python scenarios/prefix_routing.py   (table, checks, plots/prefix_routing.
 from __future__ import annotations
 
 import os
+import sys
 
 from llmqueue.cli.report import report
 from llmqueue.cli.script import script
+from llmqueue.common import progress
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments import prefix_routing
 from llmqueue.plotting import plot_prefix_routing, save
@@ -50,13 +52,16 @@ PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots",
 def main() -> None:
     """Every router on the same arrivals, at both cache sizes: tables, checks, figure."""
     rows = []
-    for cache in CACHES:
-        params = prefix_routing.EXPERIMENT.resolve({"kv": str(cache)})
-        print(f"\n{params['engines']} engines, M = {cache:,} KV tokens each, "
-              f"{params['requests']:,} requests, {params['seeds']} seeds from {SEED}")
-        own = prefix_routing.run(params, RunOptions(seed=SEED))
-        print(report(prefix_routing.EXPERIMENT, own, params))
-        rows.extend(own)
+    with progress.bar(len(CACHES), "cache", False, "prefix-routing") as bar:  # on a terminal
+        for cache in CACHES:
+            params = prefix_routing.EXPERIMENT.resolve({"kv": str(cache)})
+            bar.write(f"\n{params['engines']} engines, M = {cache:,} KV tokens each, "
+                      f"{params['requests']:,} requests, {params['seeds']} seeds from {SEED}",
+                      file=sys.stdout)  # above the bar
+            own = prefix_routing.run(params, RunOptions(seed=SEED))
+            bar.write(report(prefix_routing.EXPERIMENT, own, params), file=sys.stdout)
+            rows.extend(own)
+            bar.update()
     p = params
     save(plot_prefix_routing(rows, f"Routing over {p['engines']} engines with prefix caches: "
                              f"{p['prefix_groups']} prompt groups sharing {p['shared']:,} "

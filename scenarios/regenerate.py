@@ -7,7 +7,9 @@ one writes and how long it takes on one core of the reference machine (2
 cores), so ``--quick`` can leave out the long ones.  Every producer runs in a
 subprocess of its own from the repository root (this checkout's ``llmqueue``
 first on the path), ``--jobs N`` of them at once, longest first; each one's
-wall time is printed as it finishes.  At the end the files of plots/ are reported as new,
+wall time is printed as it finishes.  A producer whose input is not here (the
+Azure trace, which is not shipped) is reported as skipped, with where to get
+that input, and does not run.  At the end the files of plots/ are reported as new,
 changed or unchanged (``git status`` when in a git checkout), and a file of
 plots/ no producer writes, or a declared file a producer did not write, is
 flagged (exit 1).  ``save`` writes no version or date into a file, so a second
@@ -25,7 +27,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from llmqueue.cli.script import Parser
 
@@ -40,19 +42,27 @@ QUICK = 120.0
 class Producer:
     """What redraws some files of plots/: a scenario script (``argv`` empty:
     ``python scenarios/NAME.py``) or a command (``argv`` after ``python``),
-    the files it writes (names in plots/) and its wall time in seconds on the
-    reference machine."""
+    the files it writes (names in plots/), its wall time in seconds on the
+    reference machine, and ``skip``: why it cannot run here (``None``: it can)."""
 
     name: str
     outputs: Tuple[str, ...]
     seconds: float
     argv: Tuple[str, ...] = ()
+    skip: Optional[Callable[[], Optional[str]]] = None
 
     def command(self) -> List[str]:
         """The command line that runs it."""
         if self.argv:
             return [sys.executable, *self.argv]
         return [sys.executable, os.path.join(HERE, f"{self.name}.py")]
+
+
+def azure_absent() -> Optional[str]:
+    """Why the azure producer cannot run here: the Azure trace, not shipped,
+    is absent (where to get it and where to put it); ``None`` when it is there."""
+    from llmqueue.experiments import azure  # loaded only when azure is to run
+    return azure.absent_note()
 
 
 #: The README's capacity-plan command (section "Capacity planning").
@@ -82,7 +92,7 @@ PRODUCERS: Tuple[Producer, ...] = (
     Producer("prefix_mooncake", ("prefix_mooncake.png",), 9),
     Producer("theorem2", ("theorem2.png",), 13),
     Producer("blowup", ("blowup.png", "blowup.gif"), 15),
-    Producer("azure", ("azure_pending.png", "azure_latency_cdf.png"), 17),
+    Producer("azure", ("azure_pending.png", "azure_latency_cdf.png"), 17, skip=azure_absent),
     Producer("memory_waste", ("memory_waste.png",), 23),
     Producer("capacity_sweep", ("capacity_sweep.csv", "capacity_sweep.png"), 23),
     Producer("disaggregated", ("disaggregated.png",), 33),
@@ -215,9 +225,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     chosen.sort(key=lambda p: -p.seconds)  # longest first: N at a time end soonest
+    skipped: Dict[str, str] = {}
+    for p in chosen:
+        reason = p.skip() if p.skip is not None else None
+        if reason:
+            skipped[p.name] = reason
+    chosen = [p for p in chosen if p.name not in skipped]
     total = sum(p.seconds for p in chosen)
     spent = f"{total:.0f} s" if total < 120 else f"{total / 60:.0f} min"
-    print(f"{len(chosen)} producers, about {spent} of CPU, {args.jobs} at a time")
+    print(f"{len(chosen)} producers, about {spent} of CPU, {args.jobs} at a time"
+          + (f" ({len(skipped)} skipped)" if skipped else ""))
+    for name, reason in skipped.items():
+        print(f"{name:<18} skipped: {reason}", flush=True)
     started = time.time() - 1.0  # file times may be coarser than the clock
     failed = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

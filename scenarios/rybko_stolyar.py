@@ -22,6 +22,7 @@ import os
 
 from llmqueue.cli.report import table
 from llmqueue.cli.script import script
+from llmqueue.common import progress
 from llmqueue.experiments import rybko_stolyar as rs
 from llmqueue.plotting import plot_backlogs, save
 
@@ -38,11 +39,13 @@ def main() -> None:
     print(f"Rybko-Stolyar: bmax = {rs.BMAX}, each type at {rs.RATE:.4f} jobs/unit "
           f"(load {rs.LOAD} per engine), horizon {rs.HORIZON:.0f} units\n")
     panels, rows = [], []
-    for priority in ("exiting", "entering"):
-        result, _ = rs.simulate_priority(priority, rs.HORIZON)
-        panels.append((f"priority to the {priority} class at each engine",
-                       {**result.engines, "total": result.total}))
-        rows.extend(r.row(f"{priority}/{label}") for label, r in result.rows())
+    with progress.bar(2, "run", False, "rybko-stolyar") as bar:  # on a terminal only
+        for priority in ("exiting", "entering"):
+            result, _ = rs.simulate_priority(priority, rs.HORIZON)
+            panels.append((f"priority to the {priority} class at each engine",
+                           {**result.engines, "total": result.total}))
+            rows.extend(r.row(f"{priority}/{label}") for label, r in result.rows())
+            bar.update()
     print(table(rows, COLUMNS))
     save(plot_backlogs(panels, f"Rybko-Stolyar network at {rs.LOAD:.0%} load per engine "
                        f"(bmax = {rs.BMAX}): backlog over time",

@@ -1,4 +1,4 @@
-"""Chunked prefill against whole prefills (SPEC 6.6, after Sarathi-Serve).
+"""Chunked prefill against whole prefills (docs/model.md §9.6, after Sarathi-Serve).
 
 300 requests arrive as a Poisson stream at 8 per second: 20% with a long
 prompt (1500-2499 tokens), the rest short (50-199), outputs of 100-199
@@ -45,7 +45,7 @@ def main() -> None:
         print(f"  chunk {chunk:>5}: TTFT p99 {sum(ttft) / len(ttft):6.2f} s   "
               f"TPOT p99 {sum(tpot) / len(tpot) * 1e3:6.2f} ms")
     save(plot_chunk_sweep(figures, demo.SWEEP,
-                          f"SPEC 6.6: {demo.COUNT} Poisson requests at {demo.RATE:g}/s, kmax = "
+                          f"model §9.6: {demo.COUNT} Poisson requests at {demo.RATE:g}/s, kmax = "
                           f"{demo.KMAX}, step model, no token budget ({len(SEEDS)} seeds, "
                           "same requests per seed)"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")

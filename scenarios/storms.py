@@ -1,4 +1,4 @@
-"""Preemption storms and metastability: greedy admission against WAIT (SPEC 7.8.3).
+"""Preemption storms and metastability: greedy admission against WAIT (docs/model.md §6.8.3).
 
 One request type of 20 prompt and 200 output tokens, a KV cache of 100,000
 tokens, whole prompts, an iteration of 0.02 s + 2e-5 s per token.  Each
@@ -57,7 +57,7 @@ def draw(rows: Dict[str, Rows]) -> None:
     full = rows[FIGURE]
     rate, initial = full[0][1].summary["rate"], full[0][1].summary["initial"]
     save(plot_storm(
-        full, f"Metastability (SPEC 7.8.3): {rate:g} req/s, below both capacities, with "
+        full, f"Metastability (model §6.8.3): {rate:g} req/s, below both capacities, with "
               f"{initial:,} requests waiting at t = 0\ngreedy admission (sarathi + lazy) stays in "
               f"a preemption storm and its queue grows; WAIT({QUOTA}) drains it",
         rate_lines=[(th["mu_mem"], f"mu_mem = {th['mu_mem']:.1f} req/s (memory capacity)"),
@@ -77,7 +77,7 @@ def draw(rows: Dict[str, Rows]) -> None:
 def main() -> None:
     """Run every case (the two drawn ones with their logs), report, draw."""
     params = storms.EXPERIMENT.resolve({})
-    print(f"SPEC 7.8.3, {HORIZON:g} s per run, figures over the second half\n")
+    print(f"docs/model.md §6.8.3, {HORIZON:g} s per run, figures over the second half\n")
     drawn = {FIGURE, ANIMATED}
     logs = RunOptions(horizon=HORIZON, seed=SEED, batches=True, timeseries=True, requests=True)
     by_case: Dict[str, Rows] = {}

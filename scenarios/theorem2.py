@@ -7,7 +7,7 @@ the backlog of unprocessed tokens is stable when the offered tokens
 lambda * (m_p + m_d) stay below bmax / t_bmax, and above it grows at the fluid
 rate lambda * (m_p + m_d) - bmax / t_bmax.
 
-SPEC 6.2's check case: Poisson arrivals, every request 100 + 100 tokens,
+docs/model.md §9.2's check case: Poisson arrivals, every request 100 + 100 tokens,
 bmax = 512, no kmax, the CodeLlama-34B staircase.  t_512 = 0.15316 s, so the
 capacity is 3342.9 tokens/s and lambda* = 16.71 req/s.  Sarathi runs at 0.6 to
 1.4 of lambda*, several seeds each; the backlog slope over the second half of
@@ -42,7 +42,7 @@ def draw(rows: Dict[str, Result], params: Dict[str, object], path: str) -> None:
     capacity = theory.token_capacity(params["bmax"], latency)
     star = theory.lambda_star(params["bmax"], params["vp"], params["vd"], latency)
     save(plot_theorem2(rows, SHOWN, capacity, star,
-                       f"Theorem 2 (SPEC 6.2): Sarathi, Poisson arrivals, {params['vp']}+"
+                       f"Theorem 2 (model §9.2): Sarathi, Poisson arrivals, {params['vp']}+"
                        f"{params['vd']} tokens, bmax = {params['bmax']}, no kmax, "
                        f"capacity {capacity:.0f} tokens/s"), path)
 

@@ -1,4 +1,4 @@
-"""Theorem 2 with a hardware model (SPEC 8.10, E8.4).
+"""Theorem 2 with a hardware model (docs/model.md §7.10, E8.4).
 
 Sarathi on Llama-3-8B, one H100, the ``default`` roofline: Poisson arrivals,
 every request 512 + 256 tokens, bmax = 2048, no kmax.  The batch time now
@@ -39,7 +39,7 @@ def main() -> None:
     for check in e84.checks(list(rows.items())):
         print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
     save(plot_theorem2(rows, SHOWN, capacity, star,
-                       f"Theorem 2 with a roofline (SPEC E8.4): Sarathi, Llama-3-8B on one "
+                       f"Theorem 2 with a roofline (model §7.10, E8.4): Sarathi, Llama-3-8B on one "
                        f"H100, Poisson, 512+256 tokens, bmax = 2048, capacity "
                        f"{capacity:.0f} tokens/s at the mix"), PLOT)
     print(f"\nlambda* here is lambda_mix; plot: {os.path.normpath(PLOT)}")

@@ -51,7 +51,7 @@ def test_disaggregation_puts_the_kv_load_on_the_decode_engine():
     """With a cache per GPU the decode engine holds every request's prompt for
     its whole decode (the transferred KV): its cache is far fuller than the
     prefill engines', which hold a prompt for one iteration or a few, and than
-    the colocated engines' (README: 64% / 2% / 29% at 600 s)."""
+    the colocated engines' (docs/guide/networks.md: 64% / 2% / 29% at 600 s)."""
     params = dis.EXPERIMENT.resolve({"kv": "60000"})
     rows = dict(dis.run(params, RunOptions(horizon=300.0, seed=0)))
     used = {name: rows[name].summary["kv_utilization"]

@@ -1,5 +1,5 @@
-"""The engine's hot code stays in the forms CPython 3.11 runs fast (README,
-Performance): no closure cells in a method run on every iteration, and
+"""The engine's hot code stays in the forms CPython 3.11 runs fast
+(docs/guide/performance.md): no closure cells in a method run on every iteration, and
 objects read on every iteration either slotted or under 30 attributes (the
 interpreter specializes attribute reads only then).  Losing either costs a
 few percent of every run without changing a figure, so only these catch it."""

@@ -23,7 +23,8 @@ PROBE = "import sys, llmqueue; print(sys.executable); print(llmqueue.__file__)"
 
 def test_the_teaching_notebooks_are_here() -> None:
     names = {os.path.basename(p) for p in PATHS}
-    assert {"queue_blowup.ipynb", "chunked_prefill.ipynb", "memory_storms.ipynb"} <= names
+    assert {"queue_blowup.ipynb", "chunked_prefill.ipynb", "memory_storms.ipynb",
+            "writing_a_policy.ipynb"} <= names
 
 
 @pytest.mark.parametrize("path", PATHS, ids=os.path.basename)

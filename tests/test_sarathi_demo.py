@@ -76,7 +76,7 @@ def test_spec_demo_ttft_throughput_and_completion_hold(spec_run):
 @pytest.mark.xfail(strict=True, reason="SPEC 6.6 expects TPOT p99 >5% lower with chunking; "
                    "under the additive step model at 8 req/s with kmax=16 (overloaded) "
                    "piggybacking saves only the 5 ms base per merged iteration: about 1% "
-                   "measured (see README)")
+                   "measured (see docs/guide/schedulers.md)")
 def test_spec_demo_tpot_gain_exceeds_five_percent(spec_run):
     assert spec_run[0].passed, spec_run[0]
 

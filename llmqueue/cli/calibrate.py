@@ -19,8 +19,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("calibrate", help="fit the roofline's efficiency to published or "
                                          "measured offline throughput")
     p.add_argument("--measurements", metavar="FILE", default=None,
-                   help="a measurement file as validate reads: CSV or vLLM JSON (default: TensorRT-LLM's "
-                        "published H100 offline rows, shipped with llmqueue)")
+                   help="a measurement file as validate reads: CSV or vLLM JSON (default: "
+                        "TensorRT-LLM's published H100 offline rows, shipped with llmqueue)")
     p.add_argument("--free", default=",".join(FREE), metavar="FIELD,...",
                    help=f"efficiency fields to fit (default: {','.join(FREE)}; allowed: "
                         f"{', '.join(BOUNDS)}), each kept inside its physical bounds")

@@ -1,4 +1,4 @@
-"""The ``llmqueue capacity`` subcommand (SPEC 6.2, 7.6, 8.6): Theorem 2's
+"""The ``llmqueue capacity`` subcommand (docs/model.md §9.2, §6.6, §7.6): Theorem 2's
 figures for the engine and workload of ``run single``, the slot capacity
 where ``kmax`` is set, the KV cache's where ``kv`` is, and each scheduler's
 predicted verdict."""
@@ -121,11 +121,11 @@ def _full_batch(seen: Any, bmax: int) -> str:
     else:
         shape = f"{bmax - d} prefill tokens (one chunk) + {d} decodes: the workload's mix"
     shape = f"{times}{shape})" if times else shape
-    return (f"full batch      {shape}, so every figure below is approximate (SPEC 8.6) and "
+    return (f"full batch      {shape}, so every figure below is approximate (model §7.6) and "
             "loads within 10% of 1 are a boundary\n")
 
 
-#: ``llmqueue capacity``'s line for the slot capacity (SPEC 7.6, 8.6).
+#: ``llmqueue capacity``'s line for the slot capacity (docs/model.md §6.6, §7.6).
 SLOTS_LINE = ("slots           lambda_kmax = kmax / (t E[iterations]) = {lambda_kmax:.4g} "
               "req/s (t: the smallest iteration, or the batch's envelope if longer)")
 
@@ -143,7 +143,7 @@ def slot_lines(doc: Dict[str, Any]) -> str:
 
 
 def memory_lines(doc: Dict[str, Any]) -> str:
-    """``llmqueue capacity``'s memory block (SPEC 7.6): the figures of
+    """``llmqueue capacity``'s memory block (docs/model.md §6.6): the figures of
     :func:`~llmqueue.experiments.capacity.memory_capacity` with their formulas."""
     lines = [f"KV cache        M = {doc['kv_capacity']:,} tokens; E[g] = {doc['kv_area']:,.0f} "
              f"token-iterations per request; b* = M E[vp+vd] / E[g] = {doc['b_star']:.1f} "
@@ -151,7 +151,7 @@ def memory_lines(doc: Dict[str, Any]) -> str:
              f"mu_mem          M / (t(b*) E[g]) = {doc['mu_mem']:.4g} req/s"]
     if doc.get("fits") is False:
         lines.append(f"no request fits  vp + vd = {doc['tokens_per_request']:,} tokens, more than "
-                     "the cache holds for one request: every request is ignored (SPEC 7.1)")
+                     "the cache holds for one request: every request is ignored (model §6.1)")
     if doc.get("delta") is not None:
         lines.append(f"stable side     mu_mem (1 - delta) = {doc['mu_mem_stable']:.4g} req/s "
                      f"(delta = (vp + vd) / M = {doc['delta']:.4f})")

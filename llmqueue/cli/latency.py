@@ -1,10 +1,10 @@
-"""The ``llmqueue latency`` subcommand: one iteration's roofline time (SPEC 9).
+"""The ``llmqueue latency`` subcommand: one iteration's roofline time (docs/model.md §7.3).
 
 ``llmqueue latency --gpu G --model M [--tp N] [--efficiency E] [--prefill P]
 [--decode D] [--context X] [--precision F] [--attention-precision F]
 [--kv-cache-dtype F] [--json]`` prices a batch of ``D`` decoding requests,
 each holding ``X`` cached tokens, plus one prefill chunk of ``P`` tokens at
-context 0, and prints ``seconds`` and the breakdown of SPEC 8.3.  ``E`` is an
+context 0, and prints ``seconds`` and the breakdown of docs/model.md §7.3.  ``E`` is an
 efficiency preset or the path of an efficiency profile (``PATH.json``).  The three
 precision flags mean what the ``--set`` keys ``precision``,
 ``attention_precision`` and ``kv_cache_dtype`` of ``llmqueue run`` mean and

@@ -13,6 +13,7 @@ from typing import List, NoReturn, Optional, Sequence, Tuple
 from llmqueue import experiments
 from llmqueue.cli import calibrate as calibrate_cli
 from llmqueue.cli import capacity as capacity_cli
+from llmqueue.cli import compare as compare_cli
 from llmqueue.cli import validate as validate_cli
 from llmqueue.cli import latency as latency_cli
 from llmqueue.cli import mlperf as mlperf_cli
@@ -20,7 +21,7 @@ from llmqueue.cli import plan as plan_cli
 from llmqueue.cli import sweep as sweep_cli
 from llmqueue.cli.report import report, strict_json
 from llmqueue.cli.script import quiet_stdout
-from llmqueue.cli.settings import overrides
+from llmqueue.cli.settings import ALIASES, overrides
 from llmqueue.common import files, progress, validation
 from llmqueue.engine.options import RunOptions
 from llmqueue.experiments.base import Experiment, Rows
@@ -51,9 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(run_parser=run)
     run.add_argument("--scheduler", help="scheduler name or module:attribute")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="set a scenario parameter (repeatable)")
+                     help="set a scenario parameter (repeatable; vLLM's names "
+                          f"{', '.join(ALIASES)} are {', '.join(ALIASES.values())})")
     run.add_argument("--horizon", type=float, help="simulated seconds")
     run.add_argument("--seed", type=int, help="random seed")
+    run.add_argument("--warmup", type=float, metavar="S",
+                     help="simulated seconds at the start left out of the summary")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--timeseries", metavar="FILE", help="CSV time,pending,backlog")
     run.add_argument("--batches", metavar="FILE", help="CSV of every iteration")
@@ -74,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate_cli.add_parser(sub)
     calibrate_cli.add_parser(sub)
     mlperf_cli.add_parser(sub)
+    compare_cli.add_parser(sub)
     cap = sub.add_parser("capacity", help="token capacity, lambda* and the load, "
                          "with Theorem 2's verdict per scheduler")
     cap.add_argument("--scheduler", help="give only this scheduler's verdict")
@@ -90,6 +95,11 @@ def _per_row(path: str, label: str, many: bool) -> str:
     safe = re.sub(r"[^\w.+-]+", "-", label).strip("-")  # labels like "colocated/total"
     return f"{stem}-{safe}{ext}"
 
+
+#: The flags of ``run`` that ask for each :class:`~llmqueue.engine.options.RunOptions`
+#: field (``--batches FILE`` keeps the batch log...), as ``run NAME --help`` lists them.
+OPTION_FLAGS = {"batches": "--batches (--chrome-trace)", "timeseries": "--timeseries (--plot)",
+                "max_pending": "--max-pending"}
 
 #: Options of ``run`` that name a CSV written per row (``--requests``: ``Result.write_requests``).
 LOGS = ("--timeseries", "--batches", "--requests")
@@ -128,9 +138,11 @@ def experiment_help(experiment: Experiment) -> str:
         default = str(p.default).lower() if p.default is None or isinstance(p.default, bool) \
             else p.default
         lines.append(f"  {name:<{width}}  {p.describe()}{allowed}; default {default}")
-        lines.append(f"  {'':<{width}}  {p.help}")
+        vllm = [alias for alias, key in ALIASES.items() if key == name]
+        lines.append(f"  {'':<{width}}  {p.help}" + (f" (vLLM: {vllm[0]})" if vllm else ""))
     honoured = experiment.options if experiment.seeded else experiment.options - {"seed"}
-    options = ", ".join(sorted(honoured)) or "none"
+    options = ", ".join(sorted(OPTION_FLAGS.get(name, f"--{name}") for name in honoured)) \
+        or "none"
     horizon = "until its requests finish" if experiment.horizon is None \
         else f"{experiment.horizon:g} s"
     lines += ["", f"options it honours: {options}; default horizon: {horizon}"]
@@ -157,13 +169,18 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be an integer >= 0; got {args.seed}")
     if args.max_pending is not None:
         validation.positive_int("--max-pending", args.max_pending)
+    if args.warmup is not None:
+        validation.nonnegative_number("--warmup", args.warmup)
+        if args.warmup and (args.horizon or experiment.horizon) is None:
+            raise ValueError(f"--warmup needs a horizon: {experiment.name} runs until its "
+                             "requests finish; give --horizon too")
     args.plot = args.plot and files.figure_path(args.plot, "--plot")  # the file written
     hits = bool(args.chrome_trace and params.get("prefix"))  # a trace's hits: the request log
     options = RunOptions(horizon=args.horizon, seed=args.seed,
                          batches=bool(args.batches or args.chrome_trace),
                          requests=bool(args.requests or hits),
                          timeseries=bool(args.timeseries or args.plot),
-                         max_pending=args.max_pending)
+                         max_pending=args.max_pending, warmup=args.warmup or 0.0)
     implied = {"batches": "--chrome-trace" if args.chrome_trace and not args.batches else "",
                "timeseries": "--plot" if args.plot and not args.timeseries else "",
                "requests": "--chrome-trace" if hits and not args.requests else ""}
@@ -184,6 +201,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         with files.writing(args.chrome_trace, "--chrome-trace"):
             write_chrome_trace(rows, args.chrome_trace)
     shown = {**params, "horizon": args.horizon or experiment.horizon, "seed": args.seed}
+    if args.warmup:
+        shown["warmup"] = args.warmup
     if args.plot:
         from llmqueue.plotting import plot_pending, save
         setting = ", ".join(f"{k} = {v}" for k, v in shown.items() if v not in (None, ""))

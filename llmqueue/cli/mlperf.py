@@ -31,7 +31,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
                         "precision, kv_cache_dtype, kmax (max batch size), bmax (max_num_"
                         "tokens), chunked, kv_cache_free_gpu_mem_fraction, "
                         "gpu_memory_utilization, engine, efficiency, samples, outputs, split, "
-                        "seconds, reps, seed")
+                        "seconds, reps, seed; model (another model's name or the path of its "
+                        "Hugging Face config.json) replaces Llama-2-70B")
     p.add_argument("--offline-tokens-per-s", type=float, default=None, metavar="X",
                    help="the system's measured Offline output tokens/s: fit one speed factor "
                         "so the simulated Offline equals it, then predict with it")
@@ -88,7 +89,8 @@ def _scenario(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
         print(strict_json(data))
         return
     p = s.params
-    print(f"MLPerf Llama-2-70B on {p['gpus']} x {p['gpu']}: {s.copies} engine copies of tp="
+    model = "" if p["model"] == mlperf.PARAMS["model"].default else f" workload on {p['model']}"
+    print(f"MLPerf Llama-2-70B{model} on {p['gpus']} x {p['gpu']}: {s.copies} engine copies of tp="
           f"{p['tp']} ({p['engine']} settings: max batch {p['kmax']}, max_num_tokens "
           f"{p['bmax']}, chunked {p['chunked']}, precision {p['precision']}, KV "
           f"{p['kv_cache_dtype']}, efficiency {p['efficiency']})")
@@ -107,7 +109,7 @@ def _scenario(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
           f"at {_rate(r['bracket_per_copy'][1])}), {share:.3f} of Offline")
     if r["ttft_p99_s"] is not None:
         print(f"  p99 TTFT {r['ttft_p99_s']:.3f} s (limit {limits.ttft:g} s), p99 TPOT "
-              f"{r['tpot_p99_s'] * 1e3:.1f} ms (limit {limits.tpot * 1e3:g} ms)")
+              f"{r['tpot_p99_s'] * 1e3:.1f} ms (limit {float(limits.tpot or 0) * 1e3:g} ms)")
     if r["reason"]:
         print(f"  the search ended {r['reason']} (per copy)")
 

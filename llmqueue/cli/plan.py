@@ -1,4 +1,4 @@
-"""The ``llmqueue plan`` subcommand (SPEC 8.9, 9): an engine's goodput under an
+"""The ``llmqueue plan`` subcommand (docs/model.md §7.7-7.9): an engine's goodput under an
 SLO, and with ``--engines-for RATE`` the fewest engines for a rate.
 
 The engine and workload are ``--set`` parameters of ``run single``

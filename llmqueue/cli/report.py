@@ -22,7 +22,23 @@ COLUMNS: List[Tuple[str, str, str]] = [
     ("completed", "done", "{:d}"),
 ]
 
-#: Columns the default table adds for rows with a KV cache (SPEC 7.7).
+#: The default table of a trace replay (rows with ``replay_verdict``): the
+#: latencies a user compares schedulers by, and whether each kept up.
+REPLAY_COLUMNS: List[Tuple[str, str, str]] = [
+    ("pending_mean", "pending mean", "{:.1f}"),
+    ("throughput_tokens_per_s", "tokens/s", "{:.0f}"),
+    ("output_tokens_per_s", "output tok/s", "{:.0f}"),
+    ("ttft_p50", "TTFT p50 s", "{:.3f}"),
+    ("ttft_p90", "p90", "{:.3f}"),
+    ("ttft_p99", "p99", "{:.3f}"),
+    ("tpot_p50", "TPOT p50 s", "{:.3f}"),
+    ("tpot_p90", "p90", "{:.3f}"),
+    ("tpot_p99", "p99", "{:.3f}"),
+    ("completed", "done", "{:d}"),
+    ("replay_verdict", "verdict", "{}"),
+]
+
+#: Columns the default table adds for rows with a KV cache (docs/model.md §6.7).
 MEMORY_COLUMNS: List[Tuple[str, str, str]] = [
     ("kv_utilization", "KV used", "{:.0%}"),
     ("kv_max", "KV max", "{:d}"),
@@ -83,7 +99,7 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
             continue
         if s.get("ignored"):
             out.append(f"{label}: {s['ignored']} of {s['arrivals']} requests ignored: they "
-                       "can never fit the KV cache (SPEC 7.1), and the figures are of the others")
+                       "can never fit the KV cache (model §6.1), and the figures are of the others")
         if s.get("verdict") is None or s.get("backlog_slope") is None:
             continue
         theory = "" if s.get("predicted") is None else \
@@ -91,7 +107,28 @@ def drift_notes(rows: Rows, params: Mapping[str, Any]) -> List[str]:
         out.append(f"{label}: backlog slope {s['backlog_slope']:+.1f} +- "
                    f"{s['backlog_slope_se']:.1f} tokens/s over the second half: "
                    f"{s['verdict']}{theory}")
+    out.extend(replay_notes(rows))
     out.extend(prefix_notes(rows))
+    return out
+
+
+def replay_notes(rows: Rows) -> List[str]:
+    """For trace replays: the replay line (what was replayed, any rescaling),
+    then one line per run: the backlog's drift over the second half of the
+    arrivals, its verdict and Theorem 2's prediction at the trace's mean rate."""
+    out: List[str] = []
+    for label, result in rows:
+        s, info = result.summary, result.params.get("replay")
+        if info is None or "replay_verdict" not in s:
+            continue
+        if not out:
+            out.append(info["note"])
+        theory = "" if s.get("predicted") is None else \
+            f"; theory at the mean rate: {s['predicted']} (load {s['load']:.3f}{memory_note(s)})"
+        drift = "too few arrivals to tell" if s.get("replay_slope") is None else (
+            f"backlog slope {s['replay_slope']:+.1f} +- {s['replay_slope_se']:.1f} tokens/s")
+        out.append(f"{label}: over the second half of the arrivals: {drift}: "
+                   f"{s['replay_verdict']}{theory}")
     return out
 
 
@@ -114,7 +151,7 @@ def prefix_notes(rows: Rows) -> List[str]:
 
 def memory_note(s: Mapping[str, Any]) -> str:
     """Where a KV cache or the slots bind the joint capacity, the rate they
-    bind at (SPEC 7.6: the prediction then counts it)."""
+    bind at (docs/model.md §6.6: the prediction then counts it)."""
     bound = binding_bound(s)
     if bound is None:
         return ""
@@ -132,8 +169,9 @@ def report(experiment: Experiment, rows: Rows, params: Mapping[str, Any],
     shown = [result.row(label) for label, result in rows]
     columns = experiment.columns
     if columns is None:  # the default table, with the memory figures where a cache ran
-        columns = COLUMNS + (MEMORY_COLUMNS if any("kv_utilization" in r for r in shown)
-                             else [])
+        replay = any("replay_verdict" in r for r in shown)
+        memory = any("kv_utilization" in r for r in shown)
+        columns = (REPLAY_COLUMNS if replay else COLUMNS) + (MEMORY_COLUMNS if memory else [])
         if any(r.get("ignored") for r in shown):
             columns = columns + [IGNORED_COLUMN]
     lines = [table(shown, columns)]

@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Callable, NoReturn, Optional, Sequence
 
+from llmqueue.common import progress
+
 
 class Parser(argparse.ArgumentParser):
     """argparse whose errors (an unknown argument, an invalid value, a
@@ -36,14 +38,17 @@ def script(main: Callable[[], object], argv: Optional[Sequence[str]] = None) -> 
     script's docstring; any other argument (``argv``, else the command line's)
     is refused; a ValueError or OSError out of ``main`` (a bad environment
     variable, a file that cannot be written) is one line and exit code 2, an
-    interruption exit code 130.  Exits with ``main``'s integer, else 0."""
+    interruption exit code 130.  Exits with ``main``'s integer, else 0.  On a
+    terminal, ``main``'s runs show progress bars on stderr
+    (:func:`~llmqueue.common.progress.runs_shown`)."""
     prog = os.path.basename(sys.argv[0]) or "script"
     doc = getattr(main, "__globals__", {}).get("__doc__") or ""  # the script's docstring
     parser = Parser(prog=prog, description=doc,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.parse_args(argv)
     try:
-        code = main()
+        with progress.runs_shown(sys.stderr.isatty()):  # bars on a terminal only
+            code = main()
     except BrokenPipeError:  # the reader went away (``python scenarios/NAME.py | head``)
         quiet_stdout()
         raise SystemExit(141) from None  # 128 + SIGPIPE, as for ``llmqueue``

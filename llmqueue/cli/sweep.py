@@ -61,7 +61,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     scenario = experiments.get(args.scenario)
     grid: Dict[str, List[object]] = {}
     for spec in args.grid:
-        key, values = grids.parse(scenario, spec)
+        name, sep, text = spec.partition("=")  # vLLM's names as --set takes them
+        key, values = grids.parse(scenario, settings.canonical(name.strip()) + sep + text
+                                  if sep else spec)
         if key in grid:
             raise ValueError(f"grid {key}: given twice")
         grid[key] = values
@@ -78,7 +80,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         with open_executor(workers, args.dask) as executor:
             rows = sweep(scenario, grid, args.seeds, schedulers=schedulers, fixed=fixed,
                          horizon=args.horizon, warmup=args.warmup, base_seed=args.seed,
-                         executor=executor, out=args.out, resume=args.resume)
+                         executor=executor, out=args.out, resume=args.resume,
+                         progress=False if args.json else None)  # JSON: no bar
     except KeyboardInterrupt:
         kept = f"; finished runs are in {args.out} (continue with --resume)" if args.out else ""
         print(f"llmqueue: interrupted{kept}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The percentiles every latency distribution is summarised by (SPEC 5)."""
+"""The percentiles every latency distribution is summarised by (docs/model.md §5)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-#: The percentiles every distribution is summarised by (SPEC 5).
+#: The percentiles every distribution is summarised by (docs/model.md §5).
 QUANTILES = (50, 90, 99)
 
 

@@ -1,4 +1,4 @@
-"""Skip-ahead under a context-aware latency model (SPEC 8.2).
+"""Skip-ahead under a context-aware latency model (docs/model.md §7.2).
 
 A run of ``k`` iterations of one plan (nothing admitted, finished or changing
 phase before its last starts: :meth:`Engine.repeats`) holds the same batch each

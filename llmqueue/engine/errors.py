@@ -10,7 +10,7 @@ class Stalled(ValueError):
 
 
 class RequestIgnored(ValueError):
-    """A request can never fit its engine's KV cache (SPEC 7.1): it is ignored,
+    """A request can never fit its engine's KV cache (docs/model.md §6.1): it is ignored,
     and the event of its :meth:`~llmqueue.engine.processes.Engine.call` fails
     with this, so a workflow waiting for it learns at once (and may catch it)."""
 

@@ -1,6 +1,6 @@
 """When a request's first output token appears: ``simulate(..., first_token=...)``.
 
-* ``"decode"`` (the default, the paper's model and SPEC section 1): a prompt's
+* ``"decode"`` (the default, the paper's model and docs/model.md §1): a prompt's
   prefill produces no token; the first output token is the end of the
   request's first decode iteration, and a request of ``vd`` output tokens
   runs ``vd`` decode iterations.  Every figure of llmqueue before this option
@@ -18,7 +18,7 @@ The engine runs a ``"prefill"`` request as the paper's model runs one of
 ``vd - 1`` decode tokens (:func:`make_early`: ``Request.vd`` then counts the
 decode tokens it processes and :attr:`Request.early` says one more token is
 output), stamping its first token at its prefill's end (:func:`emit`).  Hence
-every KV rule of SPEC 7 (allocation, admission, preemption, recompute,
+every KV rule of docs/model.md §6 (allocation, admission, preemption, recompute,
 memory area) applies unchanged to the tokens really processed.  Reports use
 the output count (:func:`~llmqueue.policies.view.output_tokens`): TPOT is
 ``(finish - first token) / (vd - 1)`` with ``vd`` output tokens, the request

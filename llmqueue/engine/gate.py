@@ -1,7 +1,7 @@
-"""The KV gate (SPEC 7.3): which items of a policy's proposal run under memory,
+"""The KV gate (docs/model.md §6.3): which items of a policy's proposal run under memory,
 and whom memory preempts.
 
-A policy proposes as in section 3, with no token budget; the gate charges
+A policy proposes as in docs/model.md §3, with no token budget; the gate charges
 ``bmax`` only for the items it accepts:
 
 * **pass 1**, the items of started residents (those holding KV), in proposal
@@ -10,7 +10,7 @@ A policy proposes as in section 3, with no token budget; the gate charges
   pass has not yet allocated is preempted (its blocks come free); if that
   victim is the item's own resident, the item is dropped and pass 1 ends;
 * **pass 2**, new starts, only when pass 1 preempted nobody: the preempted
-  residents' items first, by their order keys (SPEC 7.3 step 4: a victim
+  residents' items first, by their order keys (docs/model.md §6.3 step 4: a victim
   stands at the head of the unstarted residents, never behind requests
   admitted after it started; a plan lists its decodes apart from its chunks,
   so its order alone would put every unstarted decoder, a request with no
@@ -18,7 +18,7 @@ A policy proposes as in section 3, with no token budget; the gate charges
   victim waiting to recompute its prompt), then the others in proposal order
   (step 3); each starts if ``free - need >= reserve`` (the watermark); the
   first that does not stops all further new starts (head of line).  A policy
-  that starts groups first come, first served (``fcfs``: WAIT, SPEC 7.5)
+  that starts groups first come, first served (``fcfs``: WAIT, docs/model.md §6.5)
   has its whole line walked by order key, so a request with no prompt never
   starts ahead of an earlier prompt that failed its check.
 

@@ -1,4 +1,4 @@
-"""The KV-cache memory of one engine (SPEC 7.1-7.2): its size, its block size,
+"""The KV-cache memory of one engine (docs/model.md §6.1-6.2): its size, its block size,
 and the rules the engine follows when memory runs short.
 
 ``KV(capacity_tokens=M)`` or ``KV(num_blocks=N, block_size=B)``: the cache
@@ -25,10 +25,10 @@ instead of dropping it (:mod:`~llmqueue.engine.kv_swap` has the rules and
 the decisions taken there).  ``max_tokens`` (``peak`` only) reserves ``T``
 tokens' worth of blocks at every start instead of ``vp + vd``; a request with
 ``vp + vd > T`` could not be served under that reservation: it is a never-fit
-request, ignored with the warning of SPEC 7.1.  ``T`` must fit the cache
+request, ignored with the warning of docs/model.md §6.1.  ``T`` must fit the cache
 (``ceil(T / B) <= N - reserve``), else nothing could ever start: refused.
 
-Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
+Decisions where docs/model.md §6 is silent (the engine side lives in ``gate``,
 ``kv_residents``, ``kv_scheduler`` and ``kv_recorder``):
 
 * the policy proposes with no budget (``UNLIMITED``) and the gate charges
@@ -45,8 +45,8 @@ Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
   end and first token stay those of its first incarnation; one step's
   victims are ordered by (re)start, oldest first; every gate call is a step,
   a re-proposal at the same instant included;
-* the fallback of 7.3 step 5 is, for any policy, its proposal on the started
-  residents alone (for ``vllm`` that is their decodes, as SPEC says);
+* the fallback of docs/model.md §6.3 step 5 is, for any policy, its proposal on
+  the started residents alone (for ``vllm`` that is their decodes, as §6.3 says);
 * a request with ``vp = 0`` starts with its first decode (one block);
 * ``prompt`` mode reserves the current prompt, the recomputed one (``vp + d``
   under ``keep``) after a preemption;
@@ -68,7 +68,7 @@ Decisions where SPEC 7 is silent (the engine side lives in ``gate``,
   share of iterations whose choice preempted;
 * skip-ahead stays on where memory cannot change the iterations (see
   ``kv_scheduler``); ``check_invariants`` steps every iteration;
-* WAIT (``policies.wait``, SPEC 7.5) ignores ``bmax``: a policy that says so
+* WAIT (``policies.wait``, docs/model.md §6.5) ignores ``bmax``: a policy that says so
   (``budgeted = False``) is gated with an unlimited budget and whole prompts;
   it needs a KV cache (``needs_kv``: an engine without one refuses it); its
   plans are not re-checked every iteration (they hold every decoder), and a
@@ -92,7 +92,7 @@ from llmqueue.policies.view import UNSTARTED, Request, processed
 ADMISSIONS = ("lazy", "prompt", "peak")
 PREEMPTIONS = ("recompute", "swap", "none")
 RESTARTS = ("keep", "scratch")
-#: The watermark each admission mode uses when none is given (SPEC 7.2).
+#: The watermark each admission mode uses when none is given (docs/model.md §6.2).
 DEFAULT_WATERMARK = {"lazy": 0.0, "prompt": 0.01, "peak": 0.0}
 #: Largest block size, in tokens (2**20): the engine keeps a counter per token
 #: position of a block (vLLM's blocks hold 16 tokens, its largest 256).
@@ -145,7 +145,7 @@ class KV:
     max_tokens: Optional[int] = None
     """Tokens ``peak`` admission reserves per request (``None``: its ``vp + vd``)."""
     prefix: bool = False
-    """Prefix caching (SPEC 10, :mod:`~llmqueue.engine.prefix_cache`): requests
+    """Prefix caching (docs/model.md §8, :mod:`~llmqueue.engine.prefix_cache`): requests
     whose prompts start with the same content share its KV blocks."""
 
     def __post_init__(self) -> None:
@@ -277,7 +277,7 @@ class KV:
 
     # -- requests --------------------------------------------------------
     def fits_ever(self, vp: int, vd: int) -> bool:
-        """Whether a request of ``vp + vd`` tokens can ever finish here (SPEC 7.1):
+        """Whether a request of ``vp + vd`` tokens can ever finish here (docs/model.md §6.1):
         ``ceil((vp + vd) / B) <= N - reserve``, and ``vp + vd <= max_tokens``
         when that caps the reservation."""
         return vp + vd <= self.fit_tokens
@@ -320,7 +320,7 @@ class KV:
 
 
 def never_fit(kv: KV, r: Request) -> str:
-    """The warning for ``r``, which can never fit ``kv`` (SPEC 7.1)."""
+    """The warning for ``r``, which can never fit ``kv`` (docs/model.md §6.1)."""
     cache = f"the KV cache ({kv.blocks} blocks of {kv.block_size} tokens, {kv.reserve} kept free)"
     if kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens:
         cache = f"the reservation of max_tokens={kv.max_tokens} (admission='peak')"

@@ -1,4 +1,4 @@
-"""The blocks a run of identical iterations takes (SPEC 7.1, skip-ahead of
+"""The blocks a run of identical iterations takes (docs/model.md §6.1, skip-ahead of
 :mod:`~llmqueue.engine.kv_scheduler`), with blocks of ``B > 1`` tokens.
 
 A run of ``k`` iterations of one plan (every decoder served, or none) grows

@@ -1,4 +1,4 @@
-"""The invariants of SPEC 7.3 step 7, checked on every iteration when asked
+"""The invariants of docs/model.md §6.3 step 7, checked on every iteration when asked
 (``simulate(..., check_invariants=True)`` or the environment variable
 ``LLMQUEUE_CHECK_INVARIANTS=1``).  Each check walks every resident: a
 debugging aid, never on by default.
@@ -12,7 +12,7 @@ At allocation (``plan`` given, the iteration about to run):
 * no resident is served without KV for its tokens: every served resident is
   started and its blocks cover its KV after the iteration; unstarted
   residents hold nothing (but the KV of a prompt that arrived prefilled);
-* the order of SPEC 7.2: ``decoding`` and ``prefilling`` sorted by their order
+* the order of docs/model.md §6.2: ``decoding`` and ``prefilling`` sorted by their order
   keys, the started prefillers first;
 * with a swap pool (:mod:`~llmqueue.engine.kv_swap`): a swapped request holds
   no block of the cache, is not served and is in no list the policy reads;
@@ -51,7 +51,7 @@ def check_state(residents, kv: KV, plan: Optional[Plan]) -> None:  # noqa: ANN00
             served[id(r)] = (n, False)
     b = kv.block_size
     blocks = tokens = pool = swapped = 0
-    cache = getattr(residents, "cache", None)  # a prefix cache (SPEC 10.2)
+    cache = getattr(residents, "cache", None)  # a prefix cache (docs/model.md §8.2)
     m = cache.m if cache is not None else 0
     for r in residents:
         held = kv_tokens(r)

@@ -1,4 +1,4 @@
-"""What a run with a KV cache reports (SPEC 7.7), recorded as it happens.
+"""What a run with a KV cache reports (docs/model.md §6.7), recorded as it happens.
 
 :class:`MemoryRecorder` keeps the KV in use as a step function of time (tokens
 and blocks, changing at allocations, preemptions and releases) with exact
@@ -314,7 +314,7 @@ class MemoryRecorder:
 
 
 def memory_figures(engines: Sequence[Recorder], end: int) -> Dict[str, object]:
-    """The summary figures of SPEC 7.7 and 9 over ``[origin, end]`` of an
+    """The summary figures of docs/model.md §6.7 over ``[origin, end]`` of an
     engine with a KV cache (its :class:`Recorder`, whose ``memory`` is a
     :class:`MemoryRecorder`), or of several such engines together (a pool or
     a network's total): counts and integrals add up, utilization is of all
@@ -359,7 +359,7 @@ def memory_figures(engines: Sequence[Recorder], end: int) -> Dict[str, object]:
         if len(recorders) == 1:
             figures["swap_max"] = recorders[0].swap_max
     caches = [r.prefix for r in recorders if r.prefix is not None]
-    if caches:  # a prefix cache's (SPEC 10.3)
+    if caches:  # a prefix cache's (docs/model.md §8.3)
         figures.update(prefix_figures(caches, span, len(recorders) == 1))
         figures["prefill_computed_tokens"] = sum(e.prefill_tokens for e in engines)
     return figures

@@ -1,4 +1,4 @@
-"""The residents of an engine with a KV cache (SPEC 7.2-7.3, 7.7).
+"""The residents of an engine with a KV cache (docs/model.md §6.2-6.3, §6.7).
 
 :class:`MemoryResidents` extends :class:`~llmqueue.engine.residents.Residents`
 with what memory adds, still touching only the residents that change:
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import bisect
 import itertools
 from heapq import heapify
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from llmqueue.engine.kv import KV, kv_tokens
 from llmqueue.engine.residents import Residents
@@ -71,7 +71,7 @@ class Held:
     """When its first incarnation's prefill ended (ns), noted at its first
     preemption if it had ended by then; its prefill end ever after."""
     ignored: bool = False
-    """Rejected on arrival: it could never fit (SPEC 7.1)."""
+    """Rejected on arrival: it could never fit (docs/model.md §6.1)."""
     swaps: int = 0
     """Of its preemptions, those that moved its KV to the swap pool."""
     swapped: bool = False
@@ -79,7 +79,7 @@ class Held:
 
 
 class MemoryResidents(Residents):
-    """Residents in the order of SPEC 7.2, with the KV cache they share."""
+    """Residents in the order of docs/model.md §6.2, with the KV cache they share."""
 
     def __init__(self, kv: KV) -> None:
         super().__init__()
@@ -153,25 +153,26 @@ class MemoryResidents(Residents):
             self.due[(r.end_mark - r.vp - r.vd) % self.kv.block_size] -= 1
 
     # -- what the gate reads --------------------------------------------
-    def view(self, cap: Optional[int] = None, started_only: bool = False
-             ) -> "SimpleView | MemoryResidents":
+    def view(self, cap: Optional[int] = None, started_only: bool = False) -> Any:
         """The policy's view: every started resident, then the unstarted ones.
         With ``cap``, unstarted prefillers only until their prompts reach
         ``cap`` tokens (always at least one): an FCFS policy's later ones could
-        not start anyway."""
-        prefilling = self.prefilling
+        not start anyway.  A user's policy reads it through :attr:`shown`."""
+        prefilling, shown = self.prefilling, self.shown
         s = self.started_prefilling
         if started_only:
             decoding = self.decoding[:len(self.decoding) - self.unstarted_decoders]
-            return SimpleView(decoding, prefilling[:s], len(self), self.draining)
+            view = SimpleView(decoding, prefilling[:s], len(self), self.draining)
+            return view if shown is None else shown(view)
         if cap is not None:
             j, tokens, end = s, 0, len(prefilling)
             while j < end and (j == s or tokens < cap):
                 tokens += prefilling[j].prefill_left
                 j += 1
             if j < end:
-                return SimpleView(self.decoding, prefilling[:j], len(self), self.draining)
-        return self  # every resident, in order
+                view = SimpleView(self.decoding, prefilling[:j], len(self), self.draining)
+                return view if shown is None else shown(view)
+        return self if shown is None else shown(self)  # every resident, in order
 
     def started_order(self) -> List[Request]:
         """Started residents, oldest (re)start first."""

@@ -1,7 +1,7 @@
-"""The scheduler process of an engine with a KV cache (SPEC 7.3).
+"""The scheduler process of an engine with a KV cache (docs/model.md §6.3).
 
 At each batch choice, after progress, releases and admissions of the instant
-are settled (SPEC 7.3 step 6):
+are settled (docs/model.md §6.3 step 6):
 
 1. the policy proposes with no token budget (:data:`UNLIMITED`) on the view of
    :meth:`MemoryResidents.view`; builtin policies walk the residents in
@@ -17,7 +17,7 @@ are settled (SPEC 7.3 step 6):
 3. if the gate accepted nothing while started residents exist, and either
    preempted nobody or the policy is one-phase (``vllm``,
    ``fastertransformer``: its item preempted itself), the policy proposes on
-   the started residents alone and that is gated (the fallback of 7.3 step 5:
+   the started residents alone and that is gated (the fallback of §6.3 step 5:
    a ``vllm`` prefill step that cannot start becomes a decode step);
    otherwise, or if that is empty too, a gate that preempted proposes again
    at the same instant (the victims now unstarted); a policy that returns
@@ -163,7 +163,7 @@ def choose(engine, swap: bool = False, drains: bool = False  # noqa: ANN001 - an
         if engine.check_plans:
             check_plan(proposal, view, UNLIMITED, policy.name)
         hint = None  # the blocks of all decoders at once, when the proposal takes them all
-        if proposal.decode is residents.decoding and not residents.unstarted_decoders:
+        if residents.serves_all(proposal, view) and not residents.unstarted_decoders:
             hint = residents.decode_need()
         gated = gate(proposal, residents.gate_kv() if prefix else kv, free, budget,
                      residents.started_order, policy.chunked, prefill_first, hint, fcfs)

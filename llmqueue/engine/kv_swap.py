@@ -1,8 +1,8 @@
-"""Preemption by swapping (SPEC 7.3 step 4, ``KV(preemption="swap")``): a
+"""Preemption by swapping (docs/model.md §6.3 step 4, ``KV(preemption="swap")``): a
 victim's KV moves to a CPU pool of ``swap_tokens`` and comes back later, so
 the victim keeps its progress and recomputes nothing.
 
-Decisions where SPEC 7 is silent (vLLM v0's swap path where it has one):
+Decisions where docs/model.md §6 is silent (vLLM v0's swap path where it has one):
 
 * **swap-out.**  The gate picks the victims as under ``recompute`` (latest
   (re)start first).  One step's victims are then taken oldest (re)start first;

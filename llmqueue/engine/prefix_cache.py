@@ -1,4 +1,4 @@
-"""The prefix cache of one engine (SPEC 10.1-10.2): KV blocks shared by
+"""The prefix cache of one engine (docs/model.md §8.1-8.2): KV blocks shared by
 requests whose prompts begin with the same content.
 
 A request may carry content ids (:class:`PrefixRequest`): one per hash block
@@ -17,7 +17,7 @@ every started resident's own blocks (its KV not covered by the entries it
 holds), and free = empty + ``m`` x evictable entries
 (:meth:`PrefixCache.check`).
 
-Where SPEC 10 is silent (the contract the reference stepper shares):
+Where docs/model.md §8 is silent (the contract the reference stepper shares):
 
 * the hit a policy sees for an unstarted request (its prefill left is its
   prompt less the hit) is the hit it gets at its start: evictions wait until
@@ -47,7 +47,7 @@ from llmqueue.policies.view import Request
 
 
 class PrefixRequest(Request):
-    """A request with content ids for prefix caching (SPEC 10.1)."""
+    """A request with content ids for prefix caching (docs/model.md §8.1)."""
 
     __slots__ = ("ids", "hash_block", "session")
 
@@ -254,7 +254,7 @@ class PrefixCache:
             heapq.heapify(self._lru)
 
     def check(self, residents: Sequence[Request], free: int) -> None:
-        """SPEC 10.2's invariants: counts equal the residents holding each
+        """docs/model.md §8.2's invariants: counts equal the residents holding each
         entry, no evictable entry is held, and free covers the evictable ones."""
         counts: Dict[int, int] = {}
         for r in residents:

@@ -1,4 +1,4 @@
-"""The residents of an engine with a prefix cache (SPEC 10.2).
+"""The residents of an engine with a prefix cache (docs/model.md §8.2).
 
 :class:`PrefixResidents` is :class:`~llmqueue.engine.kv_residents.MemoryResidents`
 with the cache of :mod:`~llmqueue.engine.prefix_cache`:
@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from llmqueue.engine.kv import KV, kv_tokens
 from llmqueue.engine.kv_residents import MemoryResidents
 from llmqueue.engine.prefix_cache import GateKV, PrefixCache, PrefixHeld, PrefixRequest
-from llmqueue.policies.view import UNSTARTED, Plan, Request, SimpleView
+from llmqueue.policies.view import UNSTARTED, Plan, Request
 
 
 class PrefixResidents(MemoryResidents):
@@ -57,8 +57,7 @@ class PrefixResidents(MemoryResidents):
         super().admit(r, now)
 
     # -- the policy's view -------------------------------------------------
-    def view(self, cap: Optional[int] = None, started_only: bool = False
-             ) -> "SimpleView | MemoryResidents":
+    def view(self, cap: Optional[int] = None, started_only: bool = False) -> Any:
         self.cache.changed = False
         if not started_only:
             prefilling, cache = self.prefilling, self.cache

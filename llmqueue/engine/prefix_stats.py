@@ -1,4 +1,4 @@
-"""What a run with a prefix cache reports (SPEC 10.3).
+"""What a run with a prefix cache reports (docs/model.md §8.3).
 
 :class:`PrefixStats` is the running count one engine's cache keeps (the
 engine's :class:`~llmqueue.engine.kv_recorder.MemoryRecorder` holds it, and
@@ -17,7 +17,7 @@ from llmqueue.theory.prefix import lambda_star_cached
 
 @dataclass
 class PrefixStats:
-    """The figures of SPEC 10.3 a run reports, over the observed span."""
+    """The figures of docs/model.md §8.3 a run reports, over the observed span."""
 
     hit_tokens: int = 0
     restart_hits: int = 0
@@ -44,7 +44,7 @@ class PrefixStats:
 
 
 def prefix_figures(caches: Sequence[PrefixStats], span: int, one: bool) -> Dict[str, object]:
-    """The summary keys of SPEC 10.3 over an observed span of ``span`` ns, for
+    """The summary keys of docs/model.md §8.3 over an observed span of ``span`` ns, for
     one engine's cache or several together (counts add up; ``cache_entries_max``
     is an engine's own only, ``one``)."""
     first_prompt = sum(c.first_prompt for c in caches)
@@ -66,7 +66,7 @@ def effective_load(caches: Sequence[PrefixStats], rate: Optional[float],
                    bmax: Optional[int], latency: Optional[LatencyModel]) -> Dict[str, object]:
     """Theorem 2's figures at the effective prompt ``E[vp] - E[hit]`` (the
     mean hit of the first starts in the observed span), beside the nominal
-    ones (SPEC 10.3): ``lambda_star_effective`` (requests/s) and
+    ones (docs/model.md §8.3): ``lambda_star_effective`` (requests/s) and
     ``load_effective``; ``None`` where the workload's figures, the budget or
     any first start are missing."""
     starts = sum(c.first_starts for c in caches)

@@ -15,18 +15,18 @@
   finishes or changes phase before the last of them starts), it yields one
   timeout of ``k * t_b`` instead (exact skip-ahead).
 * A latency model that ``needs_context`` (the roofline) is given each
-  iteration's :class:`~llmqueue.models.context.BatchContext` (SPEC 8.2), from
-  the residents' running sums; a skipped run of such iterations (they differ:
+  iteration's :class:`~llmqueue.models.context.BatchContext` (docs/model.md
+  §7.2), from the residents' running sums; a skipped run of such iterations (they differ:
   every decoder holds one more token each time) sums each one's own time, in
   order, and ends where stepping would.  With a KV cache they step.
 
 With a KV cache (``kv=KV(...)``) the residents are a
 :class:`~llmqueue.engine.kv_residents.MemoryResidents`, the scheduler process
-is :func:`~llmqueue.engine.kv_scheduler.memory_scheduler` (the KV gate, SPEC
-7.3; skip-ahead only where memory cannot change the iterations) and arrivals
-that can never fit are rejected as ``ignored`` with a warning (SPEC 7.1).
+is :func:`~llmqueue.engine.kv_scheduler.memory_scheduler` (the KV gate,
+docs/model.md §6.3; skip-ahead only where memory cannot change the iterations) and arrivals
+that can never fit are rejected as ``ignored`` with a warning (docs/model.md §6.1).
 
-Order of events at one instant (SPEC section 2): before choosing a batch the
+Order of events at one instant (docs/model.md §2): before choosing a batch the
 scheduler waits for an *end-of-instant* event, scheduled behind every ordinary
 event at the current time, so progress, releases, admissions and arrivals of
 that instant are all settled first; it need not when the instant holds only
@@ -82,7 +82,7 @@ class Engine:
         self.name = name
         self.bmax = validation.optional_positive_int("bmax", bmax)
         self.kmax = validation.optional_positive_int("kmax", kmax)
-        # a policy that ignores bmax (WAIT, SPEC 7.5) is gated with no budget
+        # a policy that ignores bmax (WAIT, docs/model.md §6.5) is gated with no budget
         self.budget = UNLIMITED if bmax is None or not policy.budgeted else bmax
         self.latency = latency if latency is not None else Staircase()
         if not callable(getattr(self.latency, "batch_time", None)):
@@ -104,8 +104,8 @@ class Engine:
         self.pool = simpy.Container(env, capacity=slots, init=slots)
         self.waiting: Deque[Request] = deque()
         self.residents: Residents = Residents() if kv is None else memory_residents(kv)
-        self.residents.tokens = self.recorder.tokens
-        #: the latency model reads each iteration's batch context (SPEC 8.2)
+        self.residents.serve(self)  # token timing; a read-only view for a user's policy
+        #: the latency model reads each iteration's batch context (docs/model.md §7.2)
         self.contexts = needs_context(self.latency)
         # every plan is checked but the package's own policies' (a subclass is checked
         # too); WAIT's batches hold every decoder, so checking them would double a run
@@ -145,7 +145,7 @@ class Engine:
             raise ValueError(f"request {r.rid} has a prompt of {r.vp} tokens, which can never "
                              f"fit bmax={self.budget} with chunked=false; allowed: prompts "
                              f"<= bmax, or chunked=true")
-        if type(r) is not Request:  # ids for prefix caching (SPEC 10.1)
+        if type(r) is not Request:  # ids for prefix caching (docs/model.md §8.1)
             check_request(r, self.kv)
         r.arrival = now_ticks(self.env)
         if self.kv is not None:
@@ -168,7 +168,7 @@ class Engine:
 
     def end_arrivals(self) -> None:
         """No further request will arrive (a finite workload has arrived
-        whole): a policy idling on purpose is woken to drain (SPEC 7.5)."""
+        whole): a policy idling on purpose is woken to drain (docs/model.md §6.5)."""
         self.arrivals_over = True
         if self.kv is not None and len(self.residents) and self._wake is not None \
                 and not self._wake.triggered:
@@ -181,7 +181,7 @@ class Engine:
         return self.arrivals_over or self.pool.level < 1
 
     def _ignore(self, r: Request) -> None:
-        """Reject ``r``, which can never fit the KV cache (SPEC 7.1)."""
+        """Reject ``r``, which can never fit the KV cache (docs/model.md §6.1)."""
         r.memory.ignored = True
         self.recorder.ignore(r)
         self.recorder.memory.ignore()
@@ -196,11 +196,11 @@ class Engine:
         done, or fails at once with :class:`RequestIgnored` if it can never fit
         the KV cache.  Ids number this engine's arrivals from 0.  ``prefilled``:
         its prompt's KV, made elsewhere, arrives with it: it holds it from its
-        start (SPEC 7.1), reads it as context (8.2), prefills nothing."""
+        start (docs/model.md §6.1), reads it as context (§7.2), prefills nothing."""
         return self.send(Request(self.recorder.arrivals, vp, vd, klass, prefilled=prefilled))
 
     def send(self, r: Request) -> simpy.Event:
-        """:meth:`call` for a request made by the caller (with prefix ids, SPEC 10.1)."""
+        """:meth:`call` for a request made by the caller (with prefix ids, docs/model.md §8.1)."""
         r.on_finished = self.env.event()
         self.submit(r)
         if r.memory is not None and r.memory.ignored:  # (submit warned of the first)
@@ -213,7 +213,7 @@ class Engine:
         return self.env.process(wait())
 
     def cached_prefix(self, r: Request) -> int:
-        """Hit tokens ``r`` would get here now (SPEC 10.6: routers read it); 0 without a cache."""
+        """Hit tokens ``r`` would get here now, for routers (docs/model.md §8.6); 0 if no cache."""
         return getattr(self.residents, "cached_prefix", lambda _: 0)(r)
 
     @property
@@ -350,7 +350,7 @@ class Engine:
     def _scheduler(self) -> Generator[simpy.Event, object, None]:
         env, residents, recorder = self.env, self.residents, self.recorder
         policy, budget = self.policy, self.budget
-        choose = policy.plan if isinstance(policy, Policy) else policy  # one call, not two
+        choose = residents.chooser(policy)  # its plan (a user's reads a read-only view)
         gpu_request = None
         while True:
             wait = self.settle()

@@ -1,4 +1,4 @@
-"""Streams of what a run produces (SPEC section 5), recorded as they happen.
+"""Streams of what a run produces (docs/model.md §5), recorded as they happen.
 
 The :class:`Recorder` keeps running totals and exact integer integrals of
 pending and backlog over time, so a run's memory does not grow with its

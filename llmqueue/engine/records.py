@@ -72,7 +72,7 @@ class RequestMemory(NamedTuple):
     memory_area: int
     """Σ over the iterations while resident of its KV after allocation (token-iterations)."""
     cached_tokens: Optional[int] = None
-    """Under a prefix cache (SPEC 10.3): the prompt tokens its first start found
+    """Under a prefix cache (docs/model.md §8.3): the prompt tokens its first start found
     cached (``None`` if it never started, or without a prefix cache)."""
 
     @classmethod

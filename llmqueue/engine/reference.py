@@ -1,8 +1,8 @@
-"""The reference engine: the simplest correct stepping of SPEC section 2.
+"""The reference engine: the simplest correct stepping of docs/model.md §2.
 
 No SimPy, no skip-ahead, no counters: one iteration at a time, every resident
 scanned and every token counted by hand (a context-aware latency model gets
-each iteration's context built from the members' own counts, SPEC 8.2).  It is
+each iteration's context built from the members' own counts, docs/model.md §7.2).  It is
 slow on purpose and exists so tests can check the fast engine against it, batch
 for batch.
 """
@@ -25,7 +25,7 @@ from llmqueue.policies.view import Plan, Request, SimpleView
 
 
 def context(plan: Plan) -> BatchContext:
-    """What ``plan``'s members hold in KV caches before it runs (SPEC 8.2)."""
+    """What ``plan``'s members hold in KV caches before it runs (docs/model.md §7.2)."""
     return BatchContext.of([r.vp + r.vd - r.decode_left for r in plan.decode],
                            [(n, r.vp - r.prefill_left) for r, n in plan.prefill])
 
@@ -36,7 +36,7 @@ def run_reference(arrivals: Iterable[Sequence], policy: Policy, *, bmax: Optiona
                   first_token: str = "decode") -> Tuple[List[Batch], List[Request]]:
     """Step the model; return the batch log and every request that arrived
     (times in nanoseconds, as the fast engine's logs).  With a KV cache ``kv``
-    the stepping is SPEC 7's (:func:`~llmqueue.engine.reference_kv.run_reference_kv`,
+    the stepping is docs/model.md §6's (:func:`~llmqueue.engine.reference_kv.run_reference_kv`,
     which also gives the memory log).  ``first_token`` as in
     :func:`llmqueue.simulate` (its requests' ``vd`` count the decode tokens)."""
     if kv is not None:

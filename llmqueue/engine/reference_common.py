@@ -23,7 +23,7 @@ class Memory:
     """One request's memory state and record in the reference (``Request.memory``)."""
 
     key: Tuple[int, ...] = (2, 0)
-    """Its order key (SPEC 7.2); ``key[0] == 0`` while it is started."""
+    """Its order key (docs/model.md §6.2); ``key[0] == 0`` while it is started."""
     preemptions: int = 0
     """Times it was preempted."""
     recomputed: int = 0
@@ -33,13 +33,13 @@ class Memory:
     area: int = 0
     """Σ over iterations of its KV after allocation."""
     ignored: bool = False
-    """Rejected on arrival: it can never fit (SPEC 7.1)."""
+    """Rejected on arrival: it can never fit (docs/model.md §6.1)."""
     swaps: int = 0
     """Of its preemptions, those that moved its KV to the swap pool."""
 
 
 def kv_of(r: Request) -> int:
-    """Tokens ``r`` processed in its current incarnation (its KV, SPEC 7.1)."""
+    """Tokens ``r`` processed in its current incarnation (its KV, docs/model.md §6.1)."""
     return r.vp + r.vd - r.prefill_left - r.decode_left
 
 
@@ -91,7 +91,7 @@ def arriving(line: Deque[Request], limit: int, inclusive: bool) -> Iterator[Requ
 def price(latency: LatencyModel, plan: Plan, context: Callable[[Plan], BatchContext]
           ) -> Tuple[int, int, int, int]:
     """``(decode, prefill, requests, ticks)`` of one iteration of ``plan``; a
-    context-aware model is given ``context(plan)`` (SPEC 8.2)."""
+    context-aware model is given ``context(plan)`` (docs/model.md §7.2)."""
     decode = len(plan.decode)
     prefill = sum(n for _, n in plan.prefill)
     requests = decode + len(plan.prefill)
@@ -138,9 +138,9 @@ Intake = Callable[[int, bool], None]
 
 
 class NoCache:
-    """The prefix-cache hooks of the KV reference stepper, doing nothing: SPEC 7
+    """The prefix-cache hooks of the KV reference stepper, doing nothing: docs/model.md §6
     alone.  :class:`~llmqueue.engine.reference_prefix.PrefixCache` fills them
-    in with SPEC 10.2 (times in ticks, blocks in KV blocks)."""
+    in with docs/model.md §8.2 (times in ticks, blocks in KV blocks)."""
 
     def begin(self, line: Deque[Request]) -> None:
         """Take note of the requests due (``line``, numbered by position)."""

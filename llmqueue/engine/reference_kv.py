@@ -1,33 +1,33 @@
-"""The reference engine with a KV cache: the plain stepping of SPEC 7.1-7.4.
+"""The reference engine with a KV cache: the plain stepping of docs/model.md §6.1-6.4.
 
 An independent, slow, obviously-correct counterpart of the fast engine under
 memory, for equivalence tests.  It shares only the parameter holder
 (:class:`~llmqueue.engine.kv.KV`, read for its fields), the policies, the
 latency models and the result records with the fast engine; the gate, the
 resident order, preemption and the memory accounting are written again here
-from SPEC 7, scanning every resident at every step:
+from docs/model.md §6, scanning every resident at every step:
 
 * a started resident occupies ``ceil(held / B)`` blocks, ``held`` being its KV
   (``lazy``), its KV plus the rest of its current prompt (``prompt``) or its
   peak (``peak``; ``max_tokens`` when set); the free blocks are ``N`` minus the
   sum of these over the started residents, recounted at every choice;
-* residents are ordered by a key (SPEC 7.2): started ones ``(0, start)``, then
+* residents are ordered by a key (docs/model.md §6.2): started ones ``(0, start)``, then
   preempted ones ``(1, -step, start)`` (latest step first, one step's victims
   oldest first), then the others ``(2, admission)``;
-* the policy proposes with no budget; the gate (SPEC 7.3) walks the started
+* the policy proposes with no budget; the gate (docs/model.md §6.3) walks the started
   residents' items (pass 1, preempting the latest start not yet allocated),
   then, only if nobody was preempted, the new starts (pass 2, head of line:
   the preempted residents' items first, by key, then the others in proposal
   order);
   when nothing was accepted it falls back to the started residents alone
-  (SPEC 7.3 step 5), before re-proposing after a preemption for a one-phase
+  (docs/model.md §6.3 step 5), before re-proposing after a preemption for a one-phase
   policy, and otherwise re-proposes after a preemption (step 1); a policy
   that starts FCFS (WAIT) has its new starts walked by key;
 * WAIT runs as the engine runs it: no budget, IDLE until the next arrival,
   and the drain (the arrivals over, or every slot taken) in the view; the
   policy reads each resident's key as the public order key ``seq``.
 
-Decisions where SPEC is silent follow those documented in
+Decisions where docs/model.md is silent follow those documented in
 :mod:`llmqueue.engine.kv`: a victim keeps its kmax slot, its admission, first
 prefill end and first token; a chunk bigger than the budget left is cut (a
 whole prompt is skipped in pass 1 and stops pass 2); recomputed tokens are the
@@ -41,7 +41,7 @@ only (no new starts); after a pass 1 that preempted nobody they come back,
 oldest swap-out first, each with its next item, as the latest starts; the KV
 moved at a choice costs ``swap_seconds_per_token`` each, added to the iteration.
 
-A prefix cache (SPEC 10, ``cache``: :mod:`~llmqueue.engine.reference_prefix`)
+A prefix cache (docs/model.md §8, ``cache``: :mod:`~llmqueue.engine.reference_prefix`)
 plugs in at the hooks of :class:`~llmqueue.engine.reference_common.NoCache`;
 the free blocks are recounted from the residents at every step, less the
 blocks their common entries count twice (``cache.shared``).
@@ -96,12 +96,12 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                      latency: Optional[LatencyModel] = None,
                      horizon: Optional[float] = None, cache: Optional[NoCache] = None,
                      first_token: str = "decode") -> KVReference:
-    """Step the model of SPEC 7 with the cache ``kv``; see the module docstring
+    """Step the model of docs/model.md §6 with the cache ``kv``; see the module docstring
     (``first_token`` as in :func:`~llmqueue.engine.reference.run_reference`)."""
     cache = cache or NoCache()
     latency, policy, budget, slots, until = settings(policy, bmax, kmax, latency, horizon)
     if not policy.budgeted:
-        budget = UNLIMITED  # WAIT ignores bmax (SPEC 7.5)
+        budget = UNLIMITED  # WAIT ignores bmax (docs/model.md §6.5)
     arrivals = list(arrivals)
     # a horizon that cuts the workload short: its arrivals never end (no drain)
     more = until is not None and any(to_ticks(a[0]) >= until for a in arrivals)
@@ -166,7 +166,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             cache.arrive(r)
             if (kv.max_tokens is not None and r.vp + r.vd > kv.max_tokens) \
                     or ceil_blocks(r.vp + r.vd) > blocks - reserve:
-                r.memory.ignored = True  # never fits (SPEC 7.1)
+                r.memory.ignored = True  # never fits (docs/model.md §6.1)
             elif not waiting and len(residents) < slots:
                 admit(r, r.arrival)
             else:
@@ -210,7 +210,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
                 + cache.shared(holders))
 
     def gate(proposal: Plan) -> Tuple[Plan, List[Request], List[Request]]:
-        """SPEC 7.3 steps 2-3: the accepted plan, the victims, the new starts."""
+        """docs/model.md §6.3 steps 2-3: the accepted plan, the victims, the new starts."""
         decodes: List[Item] = [(r, 1, True) for r in proposal.decode]
         chunks: List[Item] = [(r, n, False) for r, n in proposal.prefill]
         items = chunks + decodes if policy.prefill_first else decodes + chunks
@@ -334,7 +334,7 @@ def run_reference_kv(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *,
             else:
                 raise Stalled(f"no batch can form at t={now} ns under {kv!r}")
 
-    def context(plan: Plan) -> BatchContext:  # SPEC 8.2, with the decoders left out
+    def context(plan: Plan) -> BatchContext:  # docs/model.md §7.2, with the decoders left out
         sitting = sum(1 for r in residents if r.prefill_left == 0 and r not in swapped)
         return BatchContext.of([kv_of(r) for r in plan.decode],
                                [(n, kv_of(r)) for r, n in plan.prefill],

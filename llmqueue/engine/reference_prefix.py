@@ -1,10 +1,10 @@
-"""The reference engine with a prefix cache: the plain stepping of SPEC 10.2.
+"""The reference engine with a prefix cache: the plain stepping of docs/model.md §8.2.
 
 An independent, slow, obviously-correct counterpart of the fast engine's
 prefix cache, for equivalence tests.  It is the KV reference
 (:func:`~llmqueue.engine.reference_kv.run_reference_kv`) with the hooks of
 :class:`~llmqueue.engine.reference_common.NoCache` filled in by
-:class:`PrefixCache`, written from SPEC 10 and ``notes/prefix_design.md``
+:class:`PrefixCache`, written from docs/model.md §8 and ``notes/prefix_design.md``
 (the contract), rescanning its state at every step:
 
 * entries are kept by id with their depth (position), creation number and
@@ -108,7 +108,7 @@ class CacheRow(NamedTuple):
 
 
 class PrefixFigures(NamedTuple):
-    """A run's prefix-cache counts (SPEC 10.3)."""
+    """A run's prefix-cache counts (docs/model.md §8.3)."""
 
     prefix_hit_tokens: int
     """Hit tokens of all starts and restarts."""
@@ -152,7 +152,7 @@ class PrefixReference(NamedTuple):
 
 
 class PrefixCache(NoCache):
-    """The prefix cache of SPEC 10.2 behind the KV reference's hooks.
+    """The prefix cache of docs/model.md §8.2 behind the KV reference's hooks.
 
     ``rows`` are the arrivals the KV reference numbers by position (their
     ids in fields 4-5), ``sessions`` the closed-loop scripts, ``hash_block``
@@ -175,7 +175,7 @@ class PrefixCache(NoCache):
 
     def ids(self, vp: int, blocks: Optional[Sequence[Hashable]],
             out_blocks: Optional[Sequence[Hashable]]) -> Tuple[Hashable, ...]:
-        """A request's ids by position (SPEC 10.1: full prompt blocks only)."""
+        """A request's ids by position (docs/model.md §8.1: full prompt blocks only)."""
         return tuple(blocks or ())[:vp // self.size] + tuple(out_blocks or ())
 
     def join(self, r: Request, part: Part) -> None:
@@ -361,7 +361,7 @@ def run_reference_prefix(arrivals: Iterable[Sequence], policy: Policy, kv: KV, *
                          bmax: Optional[int] = 128, kmax: Optional[int] = 100,
                          latency: Optional[LatencyModel] = None,
                          horizon: Optional[float] = None) -> PrefixReference:
-    """Step SPEC 7 with SPEC 10.2's prefix cache; see the module docstring.
+    """Step docs/model.md §6 with docs/model.md §8.2's prefix cache; see the module docstring.
 
     ``arrivals`` are ``(time, prefill, decode[, class[, blocks[, out_blocks[,
     hash_block]]]])`` rows, ``sessions`` objects with ``start`` (s) and

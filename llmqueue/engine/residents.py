@@ -6,7 +6,7 @@ at which it finishes (``end_mark``), and a heap of those marks yields the
 finishers.  Only a partial decode batch, a prefill chunk or a phase change
 touches individual residents.
 
-The same holds for what a context-aware latency model reads (SPEC 8.2):
+The same holds for what a context-aware latency model reads (docs/model.md §7.2):
 ``decode_sum`` is the sum over the decoders of ``vp + vd - end_mark``, so the
 tokens all decoders hold before an iteration are ``decode_sum + n * clock``
 (:meth:`Residents.context`), and the token timing of
@@ -20,11 +20,126 @@ import itertools
 from heapq import heapify, heappop, heappush
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-from llmqueue.common.units import UNLIMITED
+from llmqueue.common.units import UNLIMITED, to_seconds
 from llmqueue.engine.first_token import emit
 from llmqueue.engine.tokens import TokenTimes
 from llmqueue.models.context import BatchContext
-from llmqueue.policies.view import Plan, Request
+from llmqueue.policies.builtin import BUILTIN, ClassPriority, Policy, WholePrefill
+from llmqueue.policies.view import (Plan, Request, SimpleView, _kv_blocks, _kv_tokens,
+                                    population)
+from llmqueue.policies.wait import Wait
+
+#: The package's own policy classes (exact types: a subclass is a user's).
+_OWN = (*BUILTIN.values(), WholePrefill, Wait)
+
+
+def own_policy(policy: object) -> bool:
+    """Whether ``policy`` is one of the package's own (class priority over
+    one included): those read only the residents, so the engine hands them
+    its own objects; any other policy reads an :class:`EngineView`."""
+    if type(policy) is ClassPriority:
+        return own_policy(policy.inner)
+    return type(policy) in _OWN
+
+
+class EngineView:
+    """The :class:`~llmqueue.policies.view.View` the engine hands a policy
+    other than the package's own at a batch choice: read-only.
+
+    It copies nothing until asked (the residents and the waiting line become
+    tuples, once, when first read) and reads the engine live: the time, the
+    free blocks.  It has no method that changes anything: the residents'
+    ``admit``, ``apply``, ``preempt`` and the like are not reachable from it.
+    """
+
+    __slots__ = ("_source", "_engine", "_population", "_decoding", "_prefilling", "_waiting")
+
+    def __init__(self, source: Any, engine: Any, whole: Optional[int] = None) -> None:
+        self._source, self._engine, self._population = source, engine, whole
+        self._decoding: Optional[Tuple[Request, ...]] = None
+        self._prefilling: Optional[Tuple[Request, ...]] = None
+        self._waiting: Optional[Tuple[Request, ...]] = None
+
+    @property
+    def decoding(self) -> Tuple[Request, ...]:
+        """Residents whose prefill is done, in admission order."""
+        if self._decoding is None:
+            self._decoding = tuple(self._source.decoding)
+        return self._decoding
+
+    @property
+    def prefilling(self) -> Tuple[Request, ...]:
+        """Residents with prefill left, in admission order."""
+        if self._prefilling is None:
+            self._prefilling = tuple(self._source.prefilling)
+        return self._prefilling
+
+    @property
+    def population(self) -> int:
+        """Residents of the whole engine (more than shown, under class priority)."""
+        return population(self._source) if self._population is None else self._population
+
+    @property
+    def draining(self) -> bool:
+        """Whether no resident can join before this batch runs."""
+        return bool(self._engine.draining)
+
+    @property
+    def now(self) -> float:
+        """The current simulated time, in seconds."""
+        return to_seconds(self._engine.env.now)
+
+    @property
+    def now_ns(self) -> int:
+        """The current simulated time, in integer nanoseconds."""
+        return int(self._engine.env.now)
+
+    @property
+    def waiting(self) -> Tuple[Request, ...]:
+        """Requests waiting for a slot, first come first."""
+        if self._waiting is None:
+            self._waiting = tuple(self._engine.waiting)
+        return self._waiting
+
+    @property
+    def kv(self) -> Any:
+        """The KV cache's settings (a frozen ``KV``), or ``None``."""
+        return self._engine.kv
+
+    @property
+    def free_blocks(self) -> Optional[int]:
+        """KV blocks no resident holds (``None`` without a cache)."""
+        return None if self._engine.kv is None else int(self._engine.residents.free)
+
+    @property
+    def block_size(self) -> Optional[int]:
+        """Tokens per KV block (``None`` without a cache)."""
+        kv = self._engine.kv
+        return None if kv is None else int(kv.block_size)
+
+    @property
+    def free_tokens(self) -> Optional[int]:
+        """Tokens of KV the free blocks hold (``None`` without a cache)."""
+        kv = self._engine.kv
+        return None if kv is None else int(self._engine.residents.free * kv.block_size)
+
+    def kv_tokens(self, r: Request) -> int:
+        """Tokens of KV resident ``r`` holds now (0 before its (re)start)."""
+        return _kv_tokens(r)
+
+    def kv_blocks(self, r: Request) -> Optional[int]:
+        """KV blocks resident ``r`` occupies now (``None`` without a cache)."""
+        return _kv_blocks(self._engine.kv, r)
+
+    def part(self, decoding: Sequence[Request], prefilling: Sequence[Request],
+             whole: int) -> "EngineView":
+        """This view showing only these residents of the ``whole`` (a class's share)."""
+        return EngineView(SimpleView(decoding, prefilling), self._engine, whole)
+
+    def __repr__(self) -> str:
+        return (f"EngineView(now={self.now:.6f} s, decoding={len(self.decoding)}, "
+                f"prefilling={len(self.prefilling)}, waiting={len(self.waiting)}, "
+                f"free_blocks={self.free_blocks})")
 
 
 def _seq(r: Request) -> int:
@@ -60,8 +175,13 @@ def _without(items: List[Request], gone: Sequence[Request],
 class Residents:
     """Residents in admission order, split into ``decoding`` and ``prefilling``.
 
-    This object is the :class:`~llmqueue.policies.view.View` a policy reads.
+    The package's own policies read this object itself; any other one reads
+    it through a read-only :class:`EngineView` (:attr:`shown`).
     """
+
+    shown: Any = None
+    """For a policy other than the package's own: the view it reads of what
+    the engine would hand it (set on the instance only then, by :meth:`serve`)."""
 
     first_tokens: Any = None
     """With ``first_token="prefill"``: the recorder counting the first tokens
@@ -90,9 +210,29 @@ class Residents:
         """Every resident, admitted or still joining."""
         return itertools.chain(self.decoding, self.prefilling, self._incoming)
 
+    def serve(self, engine: Any) -> None:
+        """Work for ``engine``: its token timing hears of every token, and a
+        policy other than the package's own reads an :class:`EngineView`."""
+        self.tokens = engine.recorder.tokens
+        if not own_policy(engine.policy):
+            self.shown = lambda view: EngineView(view, engine)
+
+    def chooser(self, policy: Any) -> Callable[[Any, int], Plan]:
+        """What a batch choice calls: ``policy``'s plan, of :attr:`shown`."""
+        plan = policy.plan if isinstance(policy, Policy) else policy  # one call, not two
+        shown = self.shown
+        return plan if shown is None else lambda view, budget: plan(shown(view), budget)
+
+    def serves_all(self, plan: Plan, view: Any) -> bool:
+        """Whether ``plan`` serves every decoder as the policy read them from
+        ``view``: this very list, or its tuple in a read-only view of all of us."""
+        decode = plan.decode
+        return decode is self.decoding or (type(view) is EngineView and view._source is self
+                                           and decode is view._decoding)
+
     @property
     def demand(self) -> int:
-        """Tokens a work-conserving batch would serve without a budget (SPEC 3)."""
+        """Tokens a work-conserving batch would serve without a budget (docs/model.md §3)."""
         return self.prefill_tokens + len(self.decoding)
 
     def admit(self, r: Request, now: int) -> None:
@@ -146,7 +286,7 @@ class Residents:
             self.tokens.leave(r)
 
     def context(self, plan: Plan) -> BatchContext:
-        """What ``plan`` holds in KV caches before it runs (SPEC 8.2): O(1) for
+        """What ``plan`` holds in KV caches before it runs (docs/model.md §7.2): O(1) for
         the decoders when all of them are served, else O(batch)."""
         decode = plan.decode
         if len(decode) == len(self.decoding):

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True, eq=False)
 class Summary(Mapping[str, Any]):
-    """The figures of one run (SPEC section 5), times in seconds.
+    """The figures of one run (docs/model.md §5), times in seconds.
 
     It reads like the ``--json`` row it becomes (``summary["pending_mean"]``,
     ``dict(summary)``); the typed fields below are the engine's own figures,
@@ -92,7 +92,7 @@ class Summary(Mapping[str, Any]):
     """Time per output token, 99th percentile, s."""
     tbt_p50: Optional[float] = None
     """Gap between two consecutive decode tokens, over every gap, median, s (exact,
-    or within 0.5 % past 4096 different lengths: SPEC 8.5's 1 % bins)."""
+    or within 0.5 % past 4096 different lengths: docs/model.md §7.5's 1 % bins)."""
     tbt_p90: Optional[float] = None
     """Inter-token gap over every gap, 90th percentile, s."""
     tbt_p99: Optional[float] = None
@@ -106,7 +106,7 @@ class Summary(Mapping[str, Any]):
     e2e_mean: Optional[float] = None
     """Mean arrival-to-finish latency of finished requests, s."""
     non_work_conserving_batches: Optional[int] = None
-    """Iterations smaller than min(bmax, demand) (SPEC 3)."""
+    """Iterations smaller than min(bmax, demand) (docs/model.md §3)."""
     backlog_slope: Optional[float] = None
     """Backlog drift over the second half of the span, tokens/s."""
     backlog_slope_se: Optional[float] = None

@@ -1,4 +1,4 @@
-"""Playing multi-turn sessions (SPEC 10.5) into an engine: closed loops.
+"""Playing multi-turn sessions (docs/model.md §8.5) into an engine: closed loops.
 
 :func:`feed_sessions` starts a SimPy process that starts each session of a
 :class:`~llmqueue.models.sessions.Sessions` at its time; a session sends its
@@ -31,7 +31,7 @@ class SessionLog:
     """What the sessions did so far (it fills as the run goes):
     ``sessions_started`` (their first turn was sent), ``sessions_completed``
     (every turn finished), ``sessions_cut`` (ended by a turn that could never
-    fit the KV cache, SPEC 10.5) and ``turns_sent`` (requests sent)."""
+    fit the KV cache, docs/model.md §8.5) and ``turns_sent`` (requests sent)."""
 
     sessions_started: int = 0
     sessions_completed: int = 0

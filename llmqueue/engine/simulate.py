@@ -53,16 +53,16 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     stops the run as soon as more requests are pending: the summary's verdict
     is then ``diverged`` and ``diverged_at`` the time (s).
 
-    ``kv`` gives the engine a KV cache (:class:`~llmqueue.engine.kv.KV`, SPEC 7):
-    the summary then adds the memory figures of SPEC 7.7 (``kv=None`` leaves
+    ``kv`` gives the engine a KV cache (:class:`~llmqueue.engine.kv.KV`, docs/model.md §6):
+    the summary then adds the memory figures of docs/model.md §6.7 (``kv=None`` leaves
     every figure as it was), ``batches`` and ``timeseries`` also keep
     :attr:`Result.kv_log` and :attr:`Result.kv_series`, and the request log's
     requests carry their KV record.  Every iteration is stepped (no
     skip-ahead) when ``kv`` is set.  ``policy="wait"`` needs its quotas:
-    pass ``Wait(n=...)`` (:class:`~llmqueue.policies.wait.Wait`, SPEC 7.5) and
+    pass ``Wait(n=...)`` (:class:`~llmqueue.policies.wait.Wait`, docs/model.md §6.5) and
     a ``kv``; its summary adds ``threshold_error``, the preemptions its quotas
     let happen (0 when they fit the cache).  ``check_invariants`` checks the KV
-    invariants of SPEC 7.3 on every iteration (slow; default: the environment
+    invariants of docs/model.md §6.3 on every iteration (slow; default: the environment
     variable ``LLMQUEUE_CHECK_INVARIANTS=1``).  ``first_token`` says when a
     request's first output token appears: ``"decode"`` (the paper's model) at
     the end of its first decode iteration, ``"prefill"`` (vLLM, TensorRT-LLM)
@@ -98,7 +98,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         refuse_early(workload, pol)
     env = simpy.Environment()
     until = to_ticks(horizon) if horizon is not None else None
-    budget = bmax if pol.budgeted else None  # WAIT ignores bmax (SPEC 7.5)
+    budget = bmax if pol.budgeted else None  # WAIT ignores bmax (docs/model.md §6.5)
     recorder = Recorder(budget if budget is not None else UNLIMITED, batches=batches,
                         requests=requests, timeseries=timeseries)
     if kv is not None:
@@ -120,7 +120,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
         meter = progress.bar(horizon if horizon is not None else workload.count,
                              "s" if horizon is not None else "req", True, pol.name, False)
     sessions = None
-    if isinstance(workload, Sessions):  # closed loops (SPEC 10.5)
+    if isinstance(workload, Sessions):  # closed loops (docs/model.md §8.5)
         sessions = feed_sessions(env, engine.send, workload, until, on_end=engine.end_arrivals)
     else:
         env.process(feed(env, engine, workload, until, meter, early))
@@ -170,7 +170,7 @@ def simulate(workload: Workload, policy: object = "sarathi", *, bmax: Optional[i
     if memory is not None:
         params["kv"] = repr(kv)
         summary = summary.with_figures(**memory_figures([recorder], end))
-        if memory.prefix is not None:  # Theorem 2 at the prompt really computed (SPEC 10.3)
+        if memory.prefix is not None:  # Theorem 2 at the prompt really computed (model §8.3)
             summary = summary.with_figures(**effective_load(
                 [memory.prefix], offered_rate(workload),
                 getattr(workload, "mean_prefill", None), decode_work(workload, early),
@@ -260,7 +260,7 @@ def feed(env: simpy.Environment, engine: Engine, arrivals: Iterable[Arrival],
         if wait is not None:
             yield wait
         n = len(arrival)
-        if n > 4 and (arrival[4] is not None or n > 5 and arrival[5] is not None):  # SPEC 10.1
+        if n > 4 and (arrival[4] is not None or n > 5 and arrival[5] is not None):  # model §8.1
             r = prefix_request(rid, *arrival[1:7])
         else:
             r = Request(rid, arrival[1], arrival[2], arrival[3] if n > 3 else None)

@@ -1,4 +1,4 @@
-"""Per-request token timing (SPEC 8.5): each request's scheduling delay and
+"""Per-request token timing (docs/model.md §7.5): each request's scheduling delay and
 largest inter-token gap (``tbt_max``), and a histogram of every inter-token gap.
 
 The residents never touch decoders served together one by one (the shared

@@ -1,4 +1,4 @@
-"""The reference experiments (SPEC section 6), by name: each module declares
+"""The reference experiments (docs/model.md §9), by name: each module declares
 one :class:`~llmqueue.experiments.base.Experiment` and registers it.  The top
 layer below the CLI and the plots; ``import llmqueue`` does not load it."""
 

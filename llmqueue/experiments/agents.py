@@ -1,4 +1,4 @@
-"""An agent workflow with a fork-join over three engines (SPEC 6.4).
+"""An agent workflow with a fork-join over three engines (docs/model.md §9.4).
 
 Each job asks a *planner* for a plan, fans out to three *workers* that run in
 parallel (the job waits for the slowest), may send the result back to the
@@ -84,7 +84,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 EXPERIMENT = register(Experiment(
     name="agents",
-    summary="SPEC 6.4: planner -> 3 parallel workers -> aggregator over three engines",
+    summary="model §9.4: planner -> 3 parallel workers -> aggregator over three engines",
     params={**engine_params(bmax=BMAX),
             "rate": Param("float", RATE, "jobs per second (Poisson)"),
             "review": Param("float", REVIEW_P, "chance a job asks the planner for a review")},

@@ -85,10 +85,10 @@ def _known(lookup: Callable[[str], object], text: str) -> Optional[str]:
 
 #: The number formats the precision keys take.
 FORMATS = tuple(DTYPES)
-#: The latency keys of SPEC 9 beside the staircase's c, a, b0 (quiet at their defaults).
+#: The latency keys beside the staircase's c, a, b0 (quiet at their defaults).
 LATENCY_PARAMS: Dict[str, Param] = {
-    "latency": Param("str", "staircase", "batch-time model (step: SPEC 4's step model; "
-                     "roofline: SPEC 8.3's, needs gpu and model)", LATENCIES),
+    "latency": Param("str", "staircase", "batch-time model (step: model §4's step model; "
+                     "roofline: model §7.3's, needs gpu and model)", LATENCIES),
     "gpu": Param("custom", None, "GPU, for latency=roofline or kv=auto",
                  reader=read_gpu, forms="a GPU name (e.g. A100-80GB) or none"),
     "model": Param("custom", None, "model or the path of its config.json, for "
@@ -124,13 +124,13 @@ def read_kv(name: str, text: str) -> Union[int, str, None]:
         tokens = 0
     if not 1 <= tokens <= MAX_INT:
         raise ValueError(f"{name} must be an integer from 1 to {MAX_INT_TEXT} (tokens), auto "
-                         f"(SPEC 8.4's capacity for gpu and model) or none; got {shown(text)}")
+                         f"(model §7.4's capacity for gpu and model) or none; got {shown(text)}")
     return tokens
 
 
-#: The KV-cache keys (SPEC 9), part of every single-engine experiment's parameters.
+#: The KV-cache keys, part of every single-engine experiment's parameters.
 MEMORY_PARAMS: Dict[str, Param] = {
-    "kv": Param("custom", None, "KV cache size in tokens (auto: SPEC 8.4's capacity of model "
+    "kv": Param("custom", None, "KV cache size in tokens (auto: model §7.4's capacity of model "
                 "on tp x gpu; none: no memory limit)", reader=read_kv,
                 forms="an integer >= 1, auto or none"),
     "kv_block": Param("int", 1, "KV block size (tokens)", low=1, high=MAX_BLOCK_SIZE),
@@ -162,7 +162,7 @@ SHARE_KEYS = ("kv_cache_free_gpu_mem_fraction", "gpu_memory_utilization")
 # defaults they stay out of the seeds, so runs without memory keep their numbers
 MEMORY_PARAMS = {name: replace(p, quiet_default=True) for name, p in MEMORY_PARAMS.items()}
 ENGINE_PARAMS.update(MEMORY_PARAMS)
-#: WAIT's quota (SPEC 7.5, 9: scheduler ``wait`` with ``wait_n=N``), quiet at its
+#: WAIT's quota (docs/model.md §6.5: scheduler ``wait`` with ``wait_n=N``), quiet at its
 #: default like the memory keys; WAIT needs a KV cache, so networks leave it out.
 WAIT_PARAMS: Dict[str, Param] = {
     "wait_n": Param("int-or-none", None, "WAIT's group of whole prompts (scheduler=wait, "
@@ -254,7 +254,7 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
     """The :class:`~llmqueue.engine.kv.KV` the ``kv*`` parameters ask for
     (``None`` when ``kv`` is none or absent; other ``kv_*`` keys set away from
     their defaults without ``kv`` are an error, never ignored).  ``kv=auto`` is
-    SPEC 8.4's :func:`~llmqueue.hardware.memory.kv_capacity` of ``model`` on
+    docs/model.md §7.4's :func:`~llmqueue.hardware.memory.kv_capacity` of ``model`` on
     ``tp`` GPUs ``gpu`` at the precision keys' formats, its share of memory
     stated by ``kv_cache_free_gpu_mem_fraction`` or ``gpu_memory_utilization``
     (neither: 0.9 of the whole)."""
@@ -273,7 +273,7 @@ def kv_of(p: Mapping[str, Any]) -> Optional[KV]:
     tokens = p["kv"]
     if tokens == "auto":
         if not p.get("gpu") or not p.get("model"):
-            raise ValueError("kv=auto needs gpu=NAME and model=NAME (SPEC 8.4's capacity of "
+            raise ValueError("kv=auto needs gpu=NAME and model=NAME (model §7.4's capacity of "
                              "that model on tp GPUs); give them or kv=TOKENS")
         fraction, of = _share(p)
         tokens = kv_capacity(p["gpu"], p["model"], p.get("tp", 1), fraction=fraction, of=of,

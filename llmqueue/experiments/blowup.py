@@ -61,7 +61,7 @@ def _law(size: Union[float, SizeLaw]) -> SizeLaw:
 
 def read_mean_or_law(name: str, text: str) -> Union[float, str]:
     """``vp``/``vd`` here: a plain number is the mean of a geometric law (as
-    always in this demo), any other size law of SPEC 9 is its text."""
+    always in this demo), any other size law is its text (``uniform:LO:HI``, ...)."""
     try:
         value = float(text)
     except ValueError:

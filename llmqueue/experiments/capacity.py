@@ -1,5 +1,5 @@
 """The capacity figures a single-engine run and ``llmqueue capacity`` add
-(SPEC 7.6, 8.6): the KV cache's (``mu_mem``, the joint capacity, WAIT's
+(docs/model.md §6.6, §7.6): the KV cache's (``mu_mem``, the joint capacity, WAIT's
 quota) and the slots' (``lambda_kmax``), and the prediction they imply."""
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ def decoded(p: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
                     vd: Union[SizeValue, SizeLaw], latency: Any) -> Dict[str, Any]:
-    """``mu_mem``, ``lambda_joint``, ``binding`` (SPEC 7.6, 9), the cache's
+    """``mu_mem``, ``lambda_joint``, ``binding`` (docs/model.md §6.6), the cache's
     ``kv_capacity`` (tokens), ``kv_area`` (E[g]), ``b_star``, ``lambda_kmax``
     (with kmax) and, for fixed sizes, ``delta``, ``mu_mem_stable``
     (``mu_mem (1 - delta)``), WAIT's quota ``wait_n`` (the one ``p`` gives, else
     the largest that fits), its steady KV ``wait_kv`` and ``lambda_wait``, for
     requests of sizes ``vp`` and ``vd`` (fixed counts or size laws) on the
     engine of ``p``, when it has a KV cache (else
-    ``{}``): chunks of ``bmax`` when chunked (SPEC 7.8.1's calculator), else
+    ``{}``): chunks of ``bmax`` when chunked (docs/model.md §6.8.1's calculator), else
     whole prompts; no budget counts as whole prompts and an unbounded compute.
     ``E[g]`` is :func:`~llmqueue.theory.memory.law_kv_area` and the mean
     iterations per request ``E[ceil(vp/bmax)] + E[vd]``
@@ -70,7 +70,7 @@ def memory_capacity(p: Mapping[str, Any], vp: Union[SizeValue, SizeLaw],
     iterations = _iterations(prefill, mean_d, chunk)
     b_mem = memory.b_star(kv.tokens, mean_p + mean_d, g)
     figures: Dict[str, Any] = {"kv_capacity": kv.tokens, "kv_area": g, "b_star": b_mem}
-    never = False  # fixed sizes that can never fit the cache (SPEC 7.1)
+    never = False  # fixed sizes that can never fit the cache (docs/model.md §6.1)
     if isinstance(vp, int) and isinstance(vd, int):  # fixed sizes: delta and WAIT's figures
         never = not kv.fits_ever(vp, vd)
         share = memory.delta(vp + vd, kv.tokens)

@@ -1,4 +1,4 @@
-"""Coprime output lengths stabilise greedy admission (SPEC 7.8.5; Ao, Dong,
+"""Coprime output lengths stabilise greedy admission (docs/model.md §6.8.5; Ao, Dong,
 Luo and Simchi-Levi's two-class result).
 
 Every iteration lasts 1 s, the cache holds M = 200,000 tokens, a preempted
@@ -26,7 +26,7 @@ overflows at the same phase again and again:
 
 The result needs input-dominated requests: with short prompts (vp = 6,
 M = 2,000) the separation fails, and (2, 4) still preempts about 8 times per
-iteration.  SPEC's figures are after 20,000 iterations; the command line's
+iteration.  docs/model.md's figures are after 20,000 iterations; the command line's
 default runs fewer (the separation already shows after a few hundred).
 """
 
@@ -47,10 +47,10 @@ PROMPT = 200          # tokens (input-dominated)
 CACHE = 200_000       # KV tokens
 SHORT_PROMPT = 6      # the contrast: short prompts ...
 SHORT_CACHE = 2_000   # ... in a small cache
-ITERATIONS = 20_000   # SPEC's run length (iterations of 1 s)
+ITERATIONS = 20_000   # docs/model.md §6.8.5's run length (iterations of 1 s)
 DEFAULT_ITERATIONS = 200   # the command line's default
 #: Arrivals over the capacity: saturated, with far fewer surplus arrivals
-#: than 7.8.1's 1.5 (a run serves hundreds of requests per iteration, and
+#: than §6.8.1's 1.5 (a run serves hundreds of requests per iteration, and
 #: every surplus one stays in memory until the end).
 LOAD = 1.02
 #: "About 0" against "at least 1" preemptions per iteration.
@@ -113,7 +113,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC 7.8.5: about 0 preemptions per iteration when the lives are
+    """docs/model.md §6.8.5: about 0 preemptions per iteration when the lives are
     coprime, at least 1 when they are not (input-dominated rows); with short
     prompts, (2, 4) still preempts."""
     s = [(label, r.summary) for label, r in rows]
@@ -167,7 +167,7 @@ COLUMNS = [("lives", "lives", "{}"), ("gcd", "gcd", "{:d}"),
 
 EXPERIMENT = mr.register_memory(
     name="coprime",
-    summary="SPEC 7.8.5: two output lengths whose lives are coprime stop greedy admission's "
+    summary="model §6.8.5: two output lengths whose lives are coprime stop greedy admission's "
             "preemptions (vp 200, M 200,000, restart=scratch, 1 s per iteration)",
     params={"pairs": Param("str", ",".join(f"{a}/{b}" for a, b in PAIRS),
                            "output-length pairs A/B, comma-separated"),

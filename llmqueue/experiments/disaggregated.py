@@ -93,7 +93,7 @@ def request_figures(jobs: List[JobRecord]) -> Dict[str, Any]:
 
 def load_limit(params: Dict[str, Any], mode: str) -> float:
     """The highest load (fraction of the colocated lambda*) the mode holds when
-    each pool's token rate must stay below its capacity (SPEC 6.2 per pool):
+    each pool's token rate must stay below its capacity (docs/model.md §9.2 per pool):
     colocated 1; disaggregated, the tighter of the prefill pool (``vp + 1``
     tokens per request) and the decode pool (``vd - 1`` tokens per request)."""
     if mode == "colocated":

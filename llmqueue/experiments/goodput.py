@@ -1,4 +1,4 @@
-"""Goodput of one engine, by scheduler (SPEC 8.10, E8.5).
+"""Goodput of one engine, by scheduler (docs/model.md §7.10, E8.5).
 
 The paper's GPU: the CodeLlama-34B staircase on one A100-80GB, ``bmax = 512``,
 no ``kmax``; Poisson arrivals, geometric prompts (mean 129 tokens) and outputs
@@ -10,9 +10,9 @@ rate below Theorem 2's token bound ``lambda_tok = 13.87`` req/s.
 
 A row reports the goodput ``lo`` with ``[lo, hi]``, the crossing estimate,
 ``A_0``, the attainment and latencies at ``lo``, and the cost of one A100 at
-$2.21 per hour.  The checks are SPEC's hard items: every goodput at most
+$2.21 per hour.  The checks are docs/model.md's hard items: every goodput at most
 ``lambda_tok``; sarathi > orca > vllm > fastertransformer; ``A_0 = 1`` for
-sarathi.  SPEC's expected values (about 12.5, 11.2, 8.5 and below 0.25
+sarathi.  The expected values (about 12.5, 11.2, 8.5 and below 0.25
 req/s) are printed beside the measured ones, not checked.
 """
 
@@ -30,7 +30,7 @@ from llmqueue.models.sizes import Geometric
 from llmqueue.planning import EngineSpec, PlanResult, Traffic, plan
 from llmqueue.theory.slo import SLO
 
-#: The paper's four schedulers, best first by SPEC's expectation.
+#: The paper's four schedulers, best first as docs/model.md §7.10 expects.
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
 BMAX = 512
 PREFILL = 129.0          # mean prompt tokens (geometric)
@@ -42,7 +42,7 @@ REPS = 5                 # replications per round
 MAX_REPS = 20
 REQUESTS = 3000          # measured requests per replication
 PRICE = 2.21             # $ per A100-hour (CoreWeave, Feb 2024, Vidur's example)
-#: SPEC E8.5's expected goodputs (req/s; fastertransformer: an upper bound).
+#: docs/model.md §7.10, E8.5's expected goodputs (req/s; fastertransformer: an upper bound).
 EXPECTED = {"sarathi": 12.5, "orca": 11.2, "vllm": 8.5, "fastertransformer": 0.25}
 
 #: Workload and SLO parameters shared with the ``engines`` experiment (E8.6).
@@ -122,7 +122,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC E8.5's hard items, on the schedulers present."""
+    """docs/model.md §7.10, E8.5's hard items, on the schedulers present."""
     found = {label: result.summary for label, result in rows}
     out = [Check("every goodput <= lambda_tok",
                  all(s["goodput"] <= s["lambda_tok"] for s in found.values()),
@@ -140,14 +140,14 @@ def checks(rows: Rows) -> List[Check]:
 
 
 def notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
-    """Measured against SPEC's expected goodput, and the boundary notes."""
+    """Measured against the expected goodput, and the boundary notes."""
     out = []
     for label, result in rows:
         s = result.summary
         expected = s["expected"]
         spec = "" if expected is None else (
-            f"; SPEC expects below {expected:g}" if label == "fastertransformer"
-            else f"; SPEC expects about {expected:g}")
+            f"; expected below {expected:g} (model §7.10)" if label == "fastertransformer"
+            else f"; expected about {expected:g} (model §7.10)")
         hi = "inf" if s["hi"] is None else f"{s['hi']:.3f}"
         crossing = "-" if s["crossing"] is None else f"{s['crossing']:.3f}"
         out.append(f"{label}: goodput {s['goodput']:.3f} req/s in [{s['lo']:.3f}, {hi}], "
@@ -169,7 +169,7 @@ COLUMNS = [("goodput", "goodput", "{:.3f}"), ("hi", "hi", "{:.3f}"),
 EXPERIMENT = register(Experiment(
     options=frozenset({"seed"}),  # each replication runs its requests until they finish
     name="goodput",
-    summary="SPEC 8.10 E8.5: goodput of one engine under a TTFT/TPOT SLO, by scheduler "
+    summary="model §7.10, E8.5: goodput of one engine under a TTFT/TPOT SLO, by scheduler "
             "(plan; staircase, bmax 512, geometric 129/112)",
     run=run,
     seeded=True,

@@ -1,8 +1,8 @@
-"""What SPEC 7.8.3 (``storms``) and 7.8.4 (``limit-cycle``) share: one
+"""What docs/model.md §6.8.3 (``storms``) and §6.8.4 (``limit-cycle``) share: one
 request type of (20, 200) tokens, a KV cache of M = 100,000 tokens, greedy
-admission against WAIT(4), SPEC 7.8's engine and the figures read from a run.
+admission against WAIT(4), docs/model.md §6.8's engine and the figures read from a run.
 
-SPEC 7.8's engine (``memory_runs``): no kmax, a token budget that never binds
+docs/model.md §6.8's engine (``memory_runs``): no kmax, a token budget that never binds
 (10**6), whole prompts, ``KV(capacity_tokens=M, block_size=1,
 admission="lazy", preemption="recompute", restart=...)``; every summary
 covers the second half of the run (the first half is a warm-up), and the
@@ -24,7 +24,7 @@ from llmqueue.theory.wait import lambda_wait, wait_thresholds
 
 VP, VD = 20, 200                 # tokens per prompt, per output
 M = 100_000                      # KV cache (tokens)
-C, A = 0.02, 2e-5                # SPEC 7.8.3's iteration time c + a b (s, s per token)
+C, A = 0.02, 2e-5                # docs/model.md §6.8.3's iteration time c + a b (s, s per token)
 LINEAR = Staircase(c=C, a=A, b0=1)
 QUOTA = 4                        # WAIT's n (wait_thresholds gives it too)
 INITIAL = 3_000                  # requests waiting at t = 0 in a full start
@@ -33,7 +33,7 @@ POLICIES = ("greedy", "wait")
 
 
 def theory(latency: LatencyModel = LINEAR) -> Dict[str, Any]:
-    """SPEC 7.8.3's closed forms on ``latency``: ``g`` (token-iterations), the
+    """docs/model.md §6.8.3's closed forms on ``latency``: ``g`` (token-iterations), the
     fixed point ``M / g`` (requests per iteration), ``b_star`` (tokens),
     ``mu_mem`` and ``lambda_joint`` (req/s) with the ``binding`` resource,
     WAIT's quota ``wait_n``, its iteration ``wait_tau`` (s), its KV
@@ -64,8 +64,8 @@ def serve(workload: Workload, scheduler: object, horizon: float, *,
           latency: LatencyModel = LINEAR, restart: str = "keep",
           watermark: Optional[float] = None, batches: bool = True, timeseries: bool = True,
           requests: bool = False) -> Result:
-    """One run of 7.8.3's setup (cache of ``M`` tokens, ``latency`` by
-    default linear) on SPEC 7.8's engine (:func:`memory_runs.serve
+    """One run of docs/model.md §6.8.3's setup (cache of ``M`` tokens, ``latency`` by
+    default linear) on docs/model.md §6.8's engine (:func:`memory_runs.serve
     <llmqueue.experiments.memory_runs.serve>`) until ``horizon`` s, its
     summary over the second half; batches and the pending series kept by
     default."""

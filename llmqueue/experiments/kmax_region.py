@@ -1,4 +1,4 @@
-"""The batch-size limit (SPEC 6.5, Theorem 10): where each scheduler holds.
+"""The batch-size limit (docs/model.md §9.5, Theorem 10): where each scheduler holds.
 
 With at most ``kmax`` requests per batch the sustainable load is a region in
 the plane of prefill and decode token rates.  ``kmax-point`` runs one engine at
@@ -82,7 +82,7 @@ def run_region(params: Dict[str, Any], options: RunOptions) -> Rows:
 REGION = register(Experiment(
     options=frozenset({"horizon"}),  # a sweep of kmax-point runs; no logs, no warm-up
     name="kmax-region",
-    summary="SPEC 6.5: Theorem 10's region at bmax 128 and 1024 (kmax 100) with "
+    summary="model §9.5: Theorem 10's region at bmax 128 and 1024 (kmax 100) with "
             "simulated verdicts",
     params={"kmax": Param("int-or-none", KMAX, ENGINE_PARAMS["kmax"].help),
             "gap": Param("float", point_c.GAP, "seconds between arrivals"),

@@ -1,6 +1,6 @@
-"""The worst-case limit cycle of greedy admission (SPEC 7.8.4, Ao-Dong model).
+"""The worst-case limit cycle of greedy admission (docs/model.md §6.8.4, Ao-Dong model).
 
-The type and cache of SPEC 7.8.3 ((20, 200) tokens, M = 100,000) with a
+The type and cache of docs/model.md §6.8.3 ((20, 200) tokens, M = 100,000) with a
 constant iteration time tau = 1 s (``Staircase(c=1, a=0, b0=1)``), so a
 second is an iteration and throughput is completions per iteration.
 Saturated: 3,000 requests at t = 0, then Poisson arrivals at 1.5 M / g per
@@ -15,9 +15,9 @@ iteration.
 * WAIT(4), same restart: exactly 4 per iteration once warm, never a preemption;
 * ``restart="keep"``: greedy stays near the fixed point (prototype 4.108): a
   preempted request resumes where it stopped, so the loss is only the recompute
-  work, free under a constant time and paid in time under 7.8.3's linear one.
+  work, free under a constant time and paid in time under §6.8.3's linear one.
 
-Figures over the second half of the run (default 4,000 iterations; SPEC's
+Figures over the second half of the run (default 4,000 iterations; docs/model.md's
 prototype ran 20,000): completions per iteration (the mean over whole cycles
 of vd + 1 iterations, and the least and most in one iteration), preemptions
 per iteration, recompute fraction, KV utilization.
@@ -47,7 +47,7 @@ HORIZON = 4000.0                       # iterations (seconds)
 #: The rows: (policy, restart).
 ROWS: Tuple[Tuple[str, str], ...] = (("greedy", "scratch"), ("wait", "scratch"),
                                      ("greedy", "keep"))
-#: SPEC 7.8.4's prototype figures [S] and the tolerances of the checks.
+#: docs/model.md §6.8.4's prototype figures [S] and the tolerances of the checks.
 PROTOTYPE_SCRATCH = 2.247              # completions per iteration, greedy scratch
 PROTOTYPE_KEEP = 4.108                 # completions per iteration, greedy keep
 CYCLE_TOL = 0.02                       # relative, greedy scratch against M / ((vd+1)(vp+vd))
@@ -118,7 +118,7 @@ def _found(rows: Rows) -> Dict[Tuple[str, str], Any]:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC 7.8.4's three expectations, for the rows present."""
+    """docs/model.md §6.8.4's three expectations, for the rows present."""
     cycle, point = limit_cycle_rate(M, VP, VD), theory(CONSTANT)["fixed_point"]
     out = []
     for (name, restart), s in _found(rows).items():
@@ -163,7 +163,7 @@ def notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
             f"residents regrow in step and the cache fills at their peak. With restart=keep it "
             f"completes {b:.3f} ({b / point:.1%}): a victim resumes where it stopped, so the "
             f"loss is only the recompute ({keep['recompute_fraction']:.0%} of processed tokens "
-            f"here), free under a constant time and paid as longer iterations under 7.8.3's "
+            f"here), free under a constant time and paid as longer iterations under model §6.8.3's "
             "linear time (the storms).")
     wait = found.get(("wait", "scratch"))
     if wait is not None and wait["completions_per_iteration"] is not None:
@@ -176,7 +176,7 @@ def notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
 
 EXPERIMENT = mr.register_memory(
     name="limit-cycle",
-    summary="SPEC 7.8.4: greedy admission's worst-case limit cycle (restart=scratch, tau = 1) "
+    summary="model §6.8.4: greedy admission's worst-case limit cycle (restart=scratch, tau = 1) "
             "against WAIT(4) and restart=keep",
     params={"initial": Param("int", INITIAL, "requests at t = 0", low=1)},
     run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=HORIZON, recordings=True)

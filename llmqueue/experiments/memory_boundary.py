@@ -1,4 +1,4 @@
-"""The stability boundary under KV-cache memory (SPEC 7.8.2; Nie et al.'s
+"""The stability boundary under KV-cache memory (docs/model.md §6.8.2; Nie et al.'s
 Theorems 4.1 and 4.2).
 
 The 1:1 row of Table 1 (prompts and outputs U{10..1600}, every iteration
@@ -10,7 +10,7 @@ every run, averaged over the seeds:
 
 * below mu (1 - delta) = 3.185 req/s the slope is statistically 0;
 * above mu it is lambda - mu_sat, where mu_sat is the saturated throughput
-  measured as in 7.8.1 (a backlog at time 0, arrivals at 1.5 mu, the second
+  measured as in §6.8.1 (a backlog at time 0, arrivals at 1.5 mu, the second
   half of the run), about 3.255 req/s;
 * the token backlog grows at about (lambda - mu_sat) E[vp + vd] tokens/s;
 * memory is the binding resource: b* = M E[vp + vd] / E[g] = 196 tokens per
@@ -39,9 +39,9 @@ from llmqueue.theory.stability import measured_verdict
 
 WORKLOAD = table1.BY_NAME["1:1"]
 CHUNKED_BMAX = 512
-LOADS = (0.6, 0.8, 0.9, 1.1, 1.2, 1.5)   # fractions of mu (SPEC 7.8.2)
-SEEDS = 8                                # SPEC 7.8.2's seeds (the scenario's)
-HORIZON = 3000.0                         # SPEC 7.8.2's horizon (the scenario's), s
+LOADS = (0.6, 0.8, 0.9, 1.1, 1.2, 1.5)   # fractions of mu (docs/model.md §6.8.2)
+SEEDS = 8                                # docs/model.md §6.8.2's seeds (the scenario's)
+HORIZON = 3000.0                         # docs/model.md §6.8.2's horizon (the scenario's), s
 #: The command line's default: fewer seeds and a shorter horizon.
 DEFAULT_SEEDS = 3
 DEFAULT_HORIZON = 1000.0
@@ -124,7 +124,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 
 def fluid(rate: float, mu: float, mu_sat: float, delta: float) -> Optional[float]:
-    """SPEC 7.8.2's expected pending slope (req/s): 0 below ``mu (1 - delta)``,
+    """docs/model.md §6.8.2's expected pending slope (req/s): 0 below ``mu (1 - delta)``,
     ``rate - mu_sat`` above ``mu``, no claim in between."""
     if rate <= mu * (1 - delta):
         return 0.0
@@ -155,7 +155,7 @@ def load_row(results: List[Result], horizon: float, rate: float, load: float,
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC 7.8.2's expectations on each variant's rows."""
+    """docs/model.md §6.8.2's expectations on each variant's rows."""
     out = []
     for variant in dict.fromkeys(r.summary["variant"] for _, r in rows):
         s = [(label, r.summary) for label, r in rows if r.summary["variant"] == variant]
@@ -226,11 +226,11 @@ COLUMNS = [("load", "load", "{:.2f}"), ("rate", "req/s", "{:.3f}"),
 
 EXPERIMENT = mr.register_memory(
     name="memory-boundary",
-    summary="SPEC 7.8.2: pending slope against load around mu_mem (1:1 row, M = 131,000), "
+    summary="model §6.8.2: pending slope against load around mu_mem (1:1 row, M = 131,000), "
             "whole prompts and sarathi-512 chunked",
     params={"loads": Param("str", ",".join(f"{x:g}" for x in LOADS),
                            "comma-separated loads, as fractions of mu"),
-            "seeds": Param("int", DEFAULT_SEEDS, "runs per load (SPEC: 8)", low=2),
+            "seeds": Param("int", DEFAULT_SEEDS, "runs per load (model §6.8.2: 8)", low=2),
             "variants": Param("str", ",".join(VARIANTS), "whole, chunked or both"),
             "kv": Param("int", table1.CACHE, "KV cache size (tokens)", low=1)},
     run=run, checks=checks, columns=COLUMNS, notes=notes, horizon=DEFAULT_HORIZON)

@@ -1,10 +1,10 @@
-"""What the KV-cache reference experiments (SPEC 7.8) share: the common engine
+"""What the KV-cache reference experiments (docs/model.md §6.8) share: the common engine
 (no kmax, a budget too large to bind, whole prompts, a lazy KV cache that
 preempts by recompute), constant iteration times, saturated workloads, the
 pending slope over the second half of a run and means over seeds.
 
-The experiments built on it: ``nie-table1`` (7.8.1), ``memory-boundary``
-(7.8.2), ``coprime`` (7.8.5) and ``memory-waste`` (7.8.6); 7.8.3 and 7.8.4
+The experiments built on it: ``nie-table1`` (§6.8.1), ``memory-boundary``
+(§6.8.2), ``coprime`` (§6.8.5) and ``memory-waste`` (§6.8.6); §6.8.3 and §6.8.4
 (greedy admission against ``wait``, their setup in ``greedy_memory``) run on
 the same engine.  Each registers itself with :func:`register_memory`.
 """
@@ -30,14 +30,14 @@ from llmqueue.models.sizes import SizeLaw, UniformInt
 from llmqueue.models.workload import Workload, compose
 from llmqueue.theory.drift import edge_slope, window_times
 
-#: SPEC 7.8's token budget: large enough that memory binds, never compute.
+#: docs/model.md §6.8's token budget: large enough that memory binds, never compute.
 BMAX = 10**6
 #: Arrivals above capacity in a saturated run, as a multiple of the capacity
-#: (SPEC 7.8.1's lambda = 1.5 mu).
+#: (docs/model.md §6.8.1's lambda = 1.5 mu).
 SATURATION = 1.5
 #: Most requests a saturated run puts at time 0: a cache that starts more at
 #: once serves that many in every iteration, minutes of computing per
-#: simulated iteration (SPEC 7.8's runs need at most about 2,000).
+#: simulated iteration (docs/model.md §6.8's runs need at most about 2,000).
 MAX_BACKLOG = 20_000
 #: The logs an experiment may keep besides its figures (``--batches``,
 #: ``--requests``, ``--timeseries``).
@@ -45,7 +45,8 @@ RECORDINGS = frozenset({"batches", "requests", "timeseries"})
 
 
 def constant_time(tau: float) -> Staircase:
-    """Every iteration lasts ``tau`` seconds: SPEC 7.8's ``staircase(c=tau, a=0, b0=1)``."""
+    """Every iteration lasts ``tau`` seconds: ``staircase(c=tau, a=0, b0=1)``, as in
+    docs/model.md §6.8."""
     return Staircase(c=validation.positive_number("tau", tau), a=0, b0=1)
 
 
@@ -58,7 +59,7 @@ def uniform(low: int, high: int) -> UniformInt:
 
 
 def memory_kv(M: int, restart: str = "keep", watermark: Optional[float] = None) -> KV:
-    """SPEC 7.8's cache: ``M`` tokens in blocks of 1, lazy admission,
+    """docs/model.md §6.8's cache: ``M`` tokens in blocks of 1, lazy admission,
     preemption by recompute with ``restart`` (``keep`` or ``scratch``), and
     the admission ``watermark`` (``None``: none)."""
     return KV(capacity_tokens=M, block_size=1, admission="lazy", preemption="recompute",
@@ -82,7 +83,7 @@ def backlog_at_start(M: int, mean_prompt: float) -> int:
 
 def saturated(capacity: float, prefill: SizeLaw, decode: SizeLaw, M: int, seed: int,
               load: float = SATURATION) -> Workload:
-    """A saturated stream (SPEC 7.8): :func:`backlog_at_start` requests at time
+    """A saturated stream (docs/model.md §6.8): :func:`backlog_at_start` requests at time
     0, then Poisson arrivals at ``load`` times ``capacity`` (requests/s),
     sizes from the ``prefill`` and ``decode`` laws."""
     validation.positive_number("capacity", capacity)
@@ -96,7 +97,7 @@ def serve(workload: Workload, policy: object, latency: LatencyModel, M: int, hor
           *, warmup: float = 0.0, chunked: bool = False, bmax: Optional[int] = BMAX,
           restart: str = "keep", watermark: Optional[float] = None, timeseries: bool = False,
           batches: bool = False, requests: bool = False) -> Result:
-    """One run on SPEC 7.8's engine: no kmax, whole prompts unless
+    """One run on docs/model.md §6.8's engine: no kmax, whole prompts unless
     ``chunked``, the cache of :func:`memory_kv`; ``timeseries``, ``batches``
     and ``requests`` keep those logs.
 
@@ -150,7 +151,7 @@ def register_memory(name: str, summary: str, params: Dict[str, Param],
                     checks: Callable[[Rows], List[Check]], columns: Sequence[Column],
                     notes: Callable[[Rows, Dict[str, Any]], List[str]], *, horizon: float,
                     recordings: bool = False) -> Experiment:
-    """Register one of SPEC 7.8's experiments: seeded, honouring ``horizon``
+    """Register one of docs/model.md §6.8's experiments: seeded, honouring ``horizon``
     and ``seed`` (and the :data:`RECORDINGS` when ``recordings``), with its
     own checks, columns and notes."""
     options = {"horizon", "seed"} | (RECORDINGS if recordings else set())

@@ -1,4 +1,4 @@
-"""Policies that are not work-conserving waste memory (SPEC 7.8.6), and point
+"""Policies that are not work-conserving waste memory (docs/model.md §6.8.6), and point
 C with a real KV cache.
 
 **Policies.**  The 1:1 workload of Table 1 (prompts and outputs U{10..1600},
@@ -16,7 +16,7 @@ every iteration:
   (area about E[g]) but starts nobody until all of them finish: the cache sits
   about 30% empty, and throughput falls to about 0.72 mu.
 
-**Point C with memory** (a teaching contrast for SPEC 6.1).  CodeLlama-34B
+**Point C with memory** (a teaching contrast for docs/model.md §9.1).  CodeLlama-34B
 needs 2 * 48 layers * 8 KV heads * 128 * 2 bytes = 192 KiB per token; an
 A100-80GB at 90% leaves some 29-40 k tokens beside the weights and
 activations.  A point-C request (290 + 990 tokens, chunks of 29) holds
@@ -45,22 +45,22 @@ from llmqueue.theory import memory
 WORKLOAD = table1.BY_NAME["1:1"]
 POLICIES = ("sarathi", "orca", "vllm", "fastertransformer")
 HORIZON = 1200.0      # s; the second half is measured
-#: SPEC's expected saturated throughput over mu, and how far a run may stray
-#: (7.8.1's 3% of mu).
+#: docs/model.md §6.8.6's expected saturated throughput over mu, and how far a
+#: run may stray (§6.8.1's 3% of mu).
 EXPECTED = {"sarathi": 1.0, "orca": 1.0, "vllm": 0.90, "fastertransformer": 0.72}
 TOLERANCE = table1.TOLERANCE
-#: SPEC's memory figures: vllm's area about 1.1 E[g]; fastertransformer's
+#: docs/model.md's memory figures: vllm's area about 1.1 E[g]; fastertransformer's
 #: about E[g] with the cache about 70% used, against about 99% for sarathi.
 AREA = {"vllm": 1.1, "fastertransformer": 1.0}
 AREA_TOLERANCE = 0.05
 UTILIZATION = {"sarathi": 0.99, "fastertransformer": 0.70}
 UTILIZATION_TOLERANCE = 0.05
-#: Point C with a real cache: SPEC's 38,000 tokens, and the hardware behind it.
+#: Point C with a real cache: docs/model.md's 38,000 tokens, and the hardware behind it.
 POINT_C_KV = 38_000
 GPU, MODEL = "A100-80GB", "codellama-34b"
-ACTIVATIONS_GIB = (1.0, 3.0, 5.5)   # SPEC 7.8.6's 1-3 GiB, and 8.4's 5.5 GiB
+ACTIVATIONS_GIB = (1.0, 3.0, 5.5)   # docs/model.md §6.8.6's 1-3 GiB, and §7.4's 5.5 GiB
 POINT_C_HORIZON = 1000.0
-#: Sarathi-128's prefill chunk at point C (batches of 29 prefill + 99 decode, SPEC 6.1).
+#: Sarathi-128's prefill chunk at point C (batches of 29 prefill + 99 decode, docs/model.md §9.1).
 POINT_C_CHUNK = 29
 
 
@@ -115,7 +115,7 @@ def hardware_caches() -> List[Tuple[float, int]]:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC 7.8.6's saturated throughputs, memory areas and utilizations, and
+    """docs/model.md §6.8.6's saturated throughputs, memory areas and utilizations, and
     point C's binding resource."""
     s = {label: r.summary for label, r in rows}
     out = []
@@ -177,7 +177,7 @@ def notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
                        f"{memory.mu_mem(tokens, g, t128):.2f} req/s)"
                        for a, tokens in hardware_caches())
     out.append(f"{MODEL}: {shape.kv_bytes_per_token():,} B of KV per token; on one {GPU} "
-               f"(80 GiB in llmqueue's table; SPEC's 71.2 GiB is 90% of 79.1 GiB) "
+               f"(80 GiB in llmqueue's table; model §6.8.6's 71.2 GiB is 90% of 79.1 GiB) "
                f"at 90% with a 0.15 GiB reserve (llmqueue.hardware.kv_capacity): "
                f"{caches}. Every size is far below the ~77,900 tokens point C needs.")
     for label, v in s.items():
@@ -203,7 +203,7 @@ COLUMNS = [("throughput_requests_per_s", "req/s", "{:.4f}"),
 
 EXPERIMENT = mr.register_memory(
     name="memory-waste",
-    summary="SPEC 7.8.6: saturated throughput of the four policies under memory (1:1 row), "
+    summary="model §6.8.6: saturated throughput of the four policies under memory (1:1 row), "
             "and point C with a real KV cache",
     params={"policies": Param("str", ",".join(POLICIES), "comma-separated policies"),
             "kv": Param("int", table1.CACHE, "KV cache size of the policy rows (tokens)", low=1),

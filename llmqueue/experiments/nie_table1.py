@@ -1,4 +1,4 @@
-"""Nie et al.'s Table 1 (SPEC 7.8.1): the memory capacity ``mu_mem`` in closed
+"""Nie et al.'s Table 1 (docs/model.md §6.8.1): the memory capacity ``mu_mem`` in closed
 form, and a saturated engine that reaches it.
 
 Three workloads share a cache of M = 131,000 tokens.  Each row draws prompt
@@ -9,9 +9,9 @@ b̄ (s):
 * ``2:1``: prompts U{10..2133}, outputs U{10..1066}, b̄ = 0.0430;
 * ``1:2``: prompts U{10..1066}, outputs U{10..2133}, b̄ = 0.0337.
 
-SPEC names only the first row's law.  The other two are derived from SPEC's
-whole-prompt E[g] (769,082 and 1,339,571): with the lower end 10 as in row 1,
-these ranges give both that E[g] and SPEC's calculator figures, and keep
+docs/model.md §6.8.1 names only the first row's law.  The other two are derived
+from its whole-prompt E[g] (769,082 and 1,339,571): with the lower end 10 as in
+row 1, these ranges give both that E[g] and its calculator figures, and keep
 E[vp + vd] near 1610.
 
 * **Calculator** [P]: ``mu_mem = M / (b̄ E[g])`` with Nie's chunked area at
@@ -37,9 +37,9 @@ from llmqueue.theory import memory
 CACHE = 131_000       # KV tokens
 CHUNK = 512           # the calculator's chunk ŝ (tokens)
 HORIZON = 1200.0      # seconds; the second half (600 s) is measured
-TOLERANCE = 0.03      # SPEC: throughput within 3% of mu
+TOLERANCE = 0.03      # model §6.8.1: throughput within 3% of mu
 CALCULATOR_TOLERANCE = 0.0005   # req/s
-#: SPEC's expectations over the three rows [S]: preemptions per iteration,
+#: docs/model.md's expectations over the three rows [S]: preemptions per iteration,
 #: share of processed tokens recomputed, and a full cache.
 PREEMPTIONS = (0.07, 0.17)
 RECOMPUTED = (0.19, 0.38)
@@ -48,7 +48,7 @@ FULL = 0.99
 
 @dataclass(frozen=True)
 class TableRow:
-    """One row of Table 1 and SPEC's figures for it."""
+    """One row of Table 1 and docs/model.md's figures for it."""
 
     name: str
     prompt: Tuple[int, int]
@@ -58,11 +58,11 @@ class TableRow:
     tau: float
     """b̄: every iteration's time (s)."""
     calculator: float
-    """SPEC's calculator mu (req/s): chunks of 512, continuous moments [P]."""
+    """The expected calculator mu (req/s): chunks of 512, continuous moments [P]."""
     mu: float
-    """SPEC's whole-prompt mu (req/s) [I]."""
+    """The expected whole-prompt mu (req/s) [I]."""
     mean_g: int
-    """SPEC's whole-prompt E[g] (token-iterations) [I]."""
+    """The expected whole-prompt E[g] (token-iterations) [I]."""
 
 
 ROWS = (TableRow("1:1", (10, 1600), (10, 1600), 0.0372, 3.2636, 3.2645, 1_078_715),
@@ -139,7 +139,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC 7.8.1: the calculator and E[g] against SPEC's figures (at
+    """docs/model.md §6.8.1: the calculator and E[g] against its figures (at
     M = 131,000), throughput within 3% of mu, and the prototype's preemption,
     recompute and fullness figures."""
     s = {label: result.summary for label, result in rows}
@@ -147,13 +147,14 @@ def checks(rows: Rows) -> List[Check]:
     out = []
     if at_spec:
         out.append(Check(
-            f"calculator (chunk {CHUNK}, continuous moments) = SPEC's mu +- {CALCULATOR_TOLERANCE}",
+            f"calculator (chunk {CHUNK}, continuous moments) = expected mu "
+            f"+- {CALCULATOR_TOLERANCE}",
             all(abs(v["mu_calculator"] - BY_NAME[k].calculator) <= CALCULATOR_TOLERANCE
                 for k, v in at_spec.items()),
-            ", ".join(f"{k} {v['mu_calculator']:.4f} (SPEC {BY_NAME[k].calculator:.4f})"
+            ", ".join(f"{k} {v['mu_calculator']:.4f} (expected {BY_NAME[k].calculator:.4f})"
                       for k, v in at_spec.items())))
         out.append(Check(
-            "whole-prompt E[g] (integer moments) = SPEC's, and mu",
+            "whole-prompt E[g] (integer moments) = expected, and mu",
             all(abs(v["mean_g"] - BY_NAME[k].mean_g) <= 0.5
                 and abs(v["mu"] - BY_NAME[k].mu) <= 0.00005 for k, v in at_spec.items()),
             ", ".join(f"{k} {v['mean_g']:,.1f} / {v['mu']:.4f}" for k, v in at_spec.items())))
@@ -209,7 +210,7 @@ COLUMNS = [("tau", "b̄ s", "{:.4f}"), ("mu_calculator", "mu calc", "{:.4f}"),
 
 EXPERIMENT = mr.register_memory(
     name="nie-table1",
-    summary="SPEC 7.8.1: Nie et al.'s Table 1, mu_mem in closed form and a saturated "
+    summary="model §6.8.1: Nie et al.'s Table 1, mu_mem in closed form and a saturated "
             "sarathi that reaches it (M = 131,000)",
     params={"rows": Param("str", "all", "workloads: all, or some of 1:1,2:1,1:2"),
             "kv": Param("int", CACHE, "KV cache size (tokens)", low=1),

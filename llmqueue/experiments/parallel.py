@@ -1,8 +1,8 @@
-"""K identical engines behind a router (SPEC 6.3, Prop. 3).
+"""K identical engines behind a router (docs/model.md §9.3, Prop. 3).
 
 Poisson arrivals at a fraction ``load`` of the K-engine capacity
 ``lambda* = K * (bmax / t_bmax) / (m_p + m_d)``, ``bmax = 512`` and no kmax (as
-in SPEC 6.2's check case).  Sizes are geometric (the discrete exponential) with
+in docs/model.md §9.2's check case).  Sizes are geometric (the discrete exponential) with
 means 1000 prefill + 100 decode tokens by default, or fixed (``sizes=fixed``):
 with fixed sizes round-robin is as good as any router, with variable ones only
 the state-aware routers are.
@@ -69,8 +69,8 @@ def simulate_router(params: Dict[str, Any], router: str, horizon: float, seed: i
 
 def run(params: Dict[str, Any], options: RunOptions) -> Rows:
     """One router: a row per engine and a ``total`` row.  ``router=all``: the
-    ``total`` row of each router of SPEC 6.3, labelled by the router (the
-    cache-aware ones of SPEC 10.6 route this workload, without ids, as
+    ``total`` row of each router of docs/model.md §9.3, labelled by the router (the
+    cache-aware ones of docs/model.md §8.6 route this workload, without ids, as
     jsq-tokens does)."""
     if params["load"] <= 0:
         raise ValueError(f"load must be a number > 0, got {params['load']!r}")
@@ -88,7 +88,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 EXPERIMENT = register(Experiment(
     name="parallel",
-    summary="SPEC 6.3: K engines behind a router at a fraction of the K-engine lambda*",
+    summary="model §9.3: K engines behind a router at a fraction of the K-engine lambda*",
     params={**engine_params(bmax=BMAX, kmax=None),
             "engines": Param("int", ENGINES, "number of identical engines K"),
             "router": Param("str", "jsq-tokens",

@@ -1,4 +1,4 @@
-"""Operating point C (SPEC 6.1, the paper's section 6.2).
+"""Operating point C (docs/model.md §9.1, the paper's section 6.2).
 
 Every request brings 290 prefill and 990 decode tokens, one arrives every
 0.4675 s, and at most 100 are resident.  The token load is 1280 / 0.4675 =
@@ -24,7 +24,7 @@ DECODE = 990          # tokens per output
 KMAX = 100            # resident requests
 HORIZON = 500.0       # seconds
 
-#: The token budget of SPEC 6.1 (a row's budget when only a scheduler is named).
+#: The token budget of docs/model.md §9.1 (a row's budget when only a scheduler is named).
 BMAX = 128
 #: The paper's four schedulers (the rows when a bmax is given).
 SCHEDULERS = ("sarathi", "orca", "vllm", "fastertransformer")
@@ -75,7 +75,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 EXPERIMENT = register(Experiment(
     name="point-c",
-    summary="SPEC 6.1: the six schedulers at the Theorem 2 boundary "
+    summary="model §9.1: the six schedulers at the Theorem 2 boundary "
             "(290+990 tokens every 0.4675 s)",
     params={**engine_params(kmax=KMAX),
             "scheduler": Param("str", None, "run only this scheduler's row (default: all six)"),

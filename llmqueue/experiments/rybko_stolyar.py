@@ -1,4 +1,4 @@
-"""The Rybko-Stolyar network of LLM engines (SPEC 6.4, the paper's section 5.4).
+"""The Rybko-Stolyar network of LLM engines (docs/model.md §9.4, the paper's section 5.4).
 
 Two engines, both Sarathi with ``bmax = 768`` and a constant batch time of one
 time unit (here one second).  Jobs of type A make a short hop at engine 1
@@ -103,7 +103,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 EXPERIMENT = register(Experiment(
     name="rybko-stolyar",
-    summary="SPEC 6.4: two engines, cyclic routes; exiting-class priority is unstable",
+    summary="model §9.4: two engines, cyclic routes; exiting-class priority is unstable",
     params={"priority": Param("str", "both", "which class each engine favours",
                               ("exiting", "entering", "both")),
             "load": Param("float", LOAD, "offered load of each engine (fraction of 768/unit)"),

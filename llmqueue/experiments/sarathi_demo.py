@@ -1,9 +1,9 @@
-"""Chunked prefill against whole prefills (SPEC 6.6, after Sarathi-Serve).
+"""Chunked prefill against whole prefills (docs/model.md §9.6, after Sarathi-Serve).
 
 300 requests arrive as a seeded Poisson stream at 8 per second; 20% bring a
 long prompt (uniform in [1500, 2500) tokens), the rest a short one (uniform in
 [50, 200)), and every output is uniform in [100, 200) tokens.  At most 16 are
-resident and there is no token budget.  Batches are priced by SPEC 4's step
+resident and there is no token budget.  Batches are priced by docs/model.md §4's step
 model ``5 ms + 0.8 ms * d + 0.02 ms * p + 0.3 ms * p**0.6``.
 
 * ``whole-prefill``: one resident's whole remaining prompt runs alone while any
@@ -12,7 +12,7 @@ model ``5 ms + 0.8 ms * d + 0.02 ms * p + 0.3 ms * p**0.6``.
   one decode token for every resident already decoding (they ride along).
 
 The run reports throughput (output tokens / makespan), TTFT and TPOT p50/p99
-and checks SPEC 6.6's four expectations.
+and checks docs/model.md §9.6's four expectations.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ CHUNK = 1024                    # prefill tokens per iteration, chunked side
 SWEEP = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 SEED = 0
 
-#: SPEC 6.6's expectations, as (name, test on chunked / whole-prefill figures).
+#: docs/model.md §9.6's expectations, as (name, test on chunked / whole-prefill figures).
 TPOT_GAIN = 0.05                # TPOT p99 lower by more than 5% with chunking
 TTFT_LIMIT = 1.4                # TTFT p99 at most 1.4x the baseline
 THROUGHPUT_FLOOR = 0.85         # throughput at least 0.85x the baseline
@@ -49,7 +49,7 @@ THROUGHPUT_FLOOR = 0.85         # throughput at least 0.85x the baseline
 
 def workload(rate: float = RATE, count: int = COUNT, long_fraction: float = LONG_FRACTION,
              seed: int = SEED) -> Workload:
-    """The SPEC 6.6 request stream."""
+    """The docs/model.md §9.6 request stream."""
     validation.fraction("long_fraction", long_fraction)
     parts = [(w, law) for w, law in ((1.0 - long_fraction, UniformInt(*SHORT_PROMPT)),
                                      (long_fraction, UniformInt(*LONG_PROMPT))) if w > 0]
@@ -67,7 +67,7 @@ def serve(stream: Workload, policy: object, kmax: Optional[int] = KMAX,
     return result
 
 
-#: The two whole-prefill baselines: the prompt runs alone (SPEC 6.6's model), or
+#: The two whole-prefill baselines: the prompt runs alone (docs/model.md §9.6's model), or
 #: as in the notebook, which also charges the step model's per-decode cost for
 #: every decoder that waits while the prompt runs.
 BASELINES = {"alone": StepModel(), "notebook": StepModel(charge_waiting=True)}
@@ -88,7 +88,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC 6.6's four expectations, chunked against whole-prefill (a figure a
+    """docs/model.md §9.6's four expectations, chunked against whole-prefill (a figure a
     short or stopped run leaves undefined fails its check and says so)."""
     found = {label: result.summary for label, result in rows}
     whole, chunked = found["whole-prefill"], found["chunked"]
@@ -138,7 +138,7 @@ def sweep(chunks: Sequence[int] = SWEEP, seeds: Sequence[int] = (SEED,),
     return out
 
 
-#: The demo's table: SPEC 6.6's figures.
+#: The demo's table: docs/model.md §9.6's figures.
 COLUMNS = [("output_tokens_per_s", "output tok/s", "{:.0f}"),
            ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p99", "TTFT p99 s", "{:.2f}"),
            ("tpot_p50", "TPOT p50 s", "{:.4f}"), ("tpot_p99", "TPOT p99 s", "{:.4f}"),
@@ -148,7 +148,7 @@ COLUMNS = [("output_tokens_per_s", "output tok/s", "{:.0f}"),
 EXPERIMENT = register(Experiment(
     options=ALL_OPTIONS - {"horizon", "warmup"},  # it runs its requests until all finish
     name="sarathi-demo",
-    summary="SPEC 6.6: chunked prefill (sarathi, chunk) against whole prefills, step model",
+    summary="model §9.6: chunked prefill (sarathi, chunk) against whole prefills, step model",
     run=run,
     seeded=True,
     checks=checks,

@@ -1,5 +1,5 @@
 """Preemption storms and metastability under greedy admission; WAIT's larger
-stable range (SPEC 7.8.3).
+stable range (docs/model.md §6.8.3).
 
 One request type, (vp, vd) = (20, 200) tokens (decode-heavy), a KV cache of
 M = 100,000 tokens (blocks of 1, lazy admission, preemption by recompute,
@@ -26,12 +26,12 @@ no preemption, and it drains the same backlog at lambda_WAIT - lambda.
 Rows (``cases``), greedy against ``wait(n=4, gate="all", idle="strict")`` on
 the same arrivals: ``saturated`` (``initial`` requests at t = 0, Poisson at
 1.5 mu_mem), ``95-empty``, ``95-full`` and ``90-full`` (``initial`` at t = 0:
-SPEC's "or 90 with the same start" is lambda = 90), ``104`` (a storm sets in
+docs/model.md's "or 90 with the same start" is lambda = 90), ``104`` (a storm sets in
 after a calm start), ``110`` (both unstable) and greedy alone, saturated,
 with a watermark of 1 % or 5 % of the cache on new starts
 (``watermark-1%``, ``watermark-5%``: the storms remain).  Figures over the
 second half of the run: throughput, preemptions per iteration, recompute
-fraction, KV utilization, the pending slope (req/s, as SPEC 7.8); also the
+fraction, KV utilization, the pending slope (req/s, as docs/model.md §6.8); also the
 preemptions per iteration over the whole run and the first preemption's time.
 """
 
@@ -55,13 +55,13 @@ from llmqueue.theory.greedy import fluid_point
 
 HORIZON = 300.0                  # seconds per run (the figures: its second half)
 
-#: SPEC 7.8.3's prototype figures [S] and the tolerances the checks allow.
+#: docs/model.md §6.8.3's prototype figures [S] and the tolerances the checks allow.
 GREEDY_STUCK = 87.7              # req/s, greedy saturated
 GREEDY_PREEMPTIONS = 8.9         # per iteration, greedy saturated
 GREEDY_RECOMPUTE = 0.31          # share of processed tokens, greedy saturated
 WATERMARK_SERVED = 90.5          # req/s, greedy saturated with a watermark (90-91)
 STORM_SLOPE = (12.0, 16.0)       # req/s, greedy at 104 req/s
-RATE_TOL = 0.05                  # relative, on a rate "about" SPEC's
+RATE_TOL = 0.05                  # relative, on a rate "about" the expected one
 WAIT_TOL = 0.02                  # relative, on WAIT's saturated rate against lambda_WAIT
 COUNT_TOL = 0.25                 # relative, on preemptions per iteration
 SHARE_TOL = 0.05                 # absolute, on the recompute fraction
@@ -74,7 +74,7 @@ CALM = 10.0                      # s: a storm "sets in" after this long without 
 
 @dataclass(frozen=True)
 class Case:
-    """One row pair of SPEC 7.8.3's table and what SPEC expects of it."""
+    """One row pair of docs/model.md §6.8.3's table and what it expects of it."""
 
     name: str
     """Its name in ``cases``."""
@@ -217,8 +217,8 @@ FIGURES = ("throughput_requests_per_s", "preemptions_per_iteration", "preemption
 
 
 def row_checks(s: Summary, th: Dict[str, Any], stuck: float) -> List[Check]:
-    """SPEC 7.8.3's expectations for one row (``stuck``: greedy's saturated
-    throughput, measured when the saturated row ran, else SPEC's 87.7)."""
+    """docs/model.md §6.8.3's expectations for one row (``stuck``: greedy's saturated
+    throughput, measured when the saturated row ran, else the expected 87.7)."""
     case, rate, served = CASES[s["case"]], s["rate"], s["throughput_requests_per_s"]
     name, lw = f"{s['case']} {label(s['policy'])}", th["lambda_wait"]
     missing = [key for key in FIGURES if s.get(key) is None]
@@ -287,7 +287,7 @@ def row_checks(s: Summary, th: Dict[str, Any], stuck: float) -> List[Check]:
     if expect == "stable":
         share = fluid_point(rate, VP, VD, LINEAR).kv_tokens / M
         return [quiet, Check(f"{name}: KV at the fluid point {share:.1%} (+-{KV_TOL * 100:.1f} "
-                             "points; SPEC 77-79 %)", _near(s["kv_utilization"], share, KV_TOL),
+                             "points; expected 77-79 %)", _near(s["kv_utilization"], share, KV_TOL),
                              f"{s['kv_utilization']:.2%}"), flat]
     if expect == "storm":
         low, high = STORM_SLOPE
@@ -298,7 +298,7 @@ def row_checks(s: Summary, th: Dict[str, Any], stuck: float) -> List[Check]:
                       and s["preemptions_per_iteration"] >= 1,
                       f"first preemption at {'-' if onset is None else f'{onset:.1f}'} s; "
                       f"{pre}"),
-                Check(f"{name}: unstable, slope in SPEC's {low:g}-{high:g} req/s (+- 3 se)",
+                Check(f"{name}: unstable, slope in the expected {low:g}-{high:g} req/s (+- 3 se)",
                       _rising(s) and low - 3 * se <= s["pending_slope"] <= high + 3 * se,
                       _slope(s))]
     return [Check(f"{name}: unstable (pending slope > max(3 se, {FLAT:g}))", _rising(s),
@@ -332,7 +332,7 @@ def notes(rows: Rows, params: Dict[str, Any]) -> List[str]:
     if storm is not None and storm["preemptions_whole"] is not None:
         lines.append(f"104 req/s, greedy: first preemption at {storm['storm_onset'] or 0:.0f} s; "
                      f"{storm['preemptions_whole']:.2f} preemptions per iteration over the "
-                     f"whole {storm['horizon']:g} s (SPEC: about 5 over 300 s, 7 over 600 s).")
+                     f"whole {storm['horizon']:g} s (expected: about 5 over 300 s, 7 over 600 s).")
     lines += [
         "Why: greedy admission starts every prompt that fits now. Its residents all grow one "
         "token per iteration, so a cache that was full enough overflows; the youngest are "
@@ -358,7 +358,7 @@ COLUMNS = [("rate", "req/s in", "{:.1f}"), ("initial", "at t=0", "{:d}"),
 
 EXPERIMENT = mr.register_memory(
     name="storms",
-    summary="SPEC 7.8.3: preemption storms and metastability under greedy admission against "
+    summary="model §6.8.3: preemption storms and metastability under greedy admission against "
             "WAIT(4) ((20, 200) tokens, M = 100,000, t = 0.02 + 2e-5 b)",
     params={"cases": Param("str", "all", f"comma-separated cases ({', '.join(CASES)}) or all"),
             "initial": Param("int", INITIAL, "requests at t = 0 in the full starts", low=1),

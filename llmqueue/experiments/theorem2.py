@@ -1,4 +1,4 @@
-"""Theorem 2 (SPEC 6.2): the measured backlog slope against the fluid slope.
+"""Theorem 2 (docs/model.md §9.2): the measured backlog slope against the fluid slope.
 
 Poisson arrivals, every request 100 prefill + 100 decode tokens, bmax = 512, no
 kmax, the CodeLlama-34B staircase: t_512 = 0.15316 s, a token capacity of
@@ -130,7 +130,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 EXPERIMENT = register(Experiment(
     options=frozenset({"horizon", "seed", "batches", "requests", "timeseries"}),
     name="theorem2",
-    summary="SPEC 6.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
+    summary="model §9.2: backlog slope against the fluid slope at 0.6..1.4 of lambda* "
             "(Poisson, 100+100 tokens, bmax 512)",
     run=run,
     horizon=HORIZON,

@@ -1,4 +1,4 @@
-"""Theorem 2 with a hardware model (SPEC 8.10, E8.4): the backlog slope of
+"""Theorem 2 with a hardware model (docs/model.md §7.10, E8.4): the backlog slope of
 Sarathi on Llama-3-8B, one H100, the ``default`` roofline.
 
 Poisson arrivals, every request 512 prefill + 256 decode tokens, bmax = 2048,
@@ -65,7 +65,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 
 def checks(rows: Rows) -> List[Check]:
-    """SPEC E8.4: every run stable at loads <= 0.9, unstable at >= 1.1, and the
+    """docs/model.md §7.10, E8.4: every run stable at loads <= 0.9, unstable at >= 1.1, and the
     mean slope within 20 % of the fluid slope at 1.2 and 1.4 (loads present)."""
     out = []
     for _, result in rows:
@@ -90,7 +90,7 @@ def checks(rows: Rows) -> List[Check]:
 EXPERIMENT = register(Experiment(
     options=frozenset({"horizon", "warmup", "seed", "batches", "requests", "timeseries"}),
     name="theorem2-roofline",
-    summary="SPEC E8.4: Theorem 2 on Llama-3-8B / H100 (default roofline): backlog slope "
+    summary="model §7.10, E8.4: Theorem 2 on Llama-3-8B / H100 (default roofline): backlog slope "
             "at 0.6..1.4 of lambda_mix (Poisson, 512+256 tokens, bmax 2048)",
     run=run,
     horizon=HORIZON,

@@ -1,4 +1,4 @@
-"""The workload keys of single-engine experiments (SPEC 9): ``vp``/``vd`` as
+"""The workload keys of single-engine experiments: ``vp``/``vd`` as
 size laws, ``arrival=renewal|poisson|gamma:CV`` and ``initial=N``, and the
 workload they give.
 
@@ -27,8 +27,8 @@ SizeValue = Union[int, str]
 
 
 def read_size(name: str, text: str) -> SizeValue:
-    """A size parameter from text: a plain integer as ``int``, any other law of
-    SPEC 9 as its text once it parses (a one-line ValueError otherwise)."""
+    """A size parameter from text: a plain integer as ``int``, any other law
+    (``uniform:LO:HI``, ...) as its text once it parses (a one-line ValueError otherwise)."""
     law = parse_size(name, text)
     return law.value if isinstance(law, Fixed) else str(text).strip()
 
@@ -66,7 +66,7 @@ def shared_of(p: Mapping[str, Any]) -> int:
 
 def group_hit(p: Mapping[str, Any]) -> Optional[float]:
     """The mean hit per request of ``p``'s prefix groups once every group's
-    prefix is cached (an unlimited cache, SPEC 10.4): the group's whole hash
+    prefix is cached (an unlimited cache, docs/model.md §8.4): the group's whole hash
     blocks, ``floor(S / H) H``, less a block for a prompt with no tokens of
     its own whose shared part ends on a block's edge (a hit stops one token
     short of the prompt); ``None`` without groups or prefix caching."""
@@ -76,7 +76,7 @@ def group_hit(p: Mapping[str, Any]) -> Optional[float]:
 
 
 def size_param(default: int, help: str) -> Param:
-    """A ``vp``/``vd`` parameter taking SPEC 9's size laws (``N`` keeps the
+    """A ``vp``/``vd`` parameter taking a size law's text (``N`` keeps the
     fixed size of before)."""
     return Param("custom", default, f"{help}: a fixed count or a size law", reader=read_size,
                  forms=f"a size law: {SIZE_FORMS}")
@@ -144,7 +144,7 @@ def sessions_of(p: Mapping[str, Any], seed: int) -> Sessions:
 
 
 def hash_block_of(p: Mapping[str, Any]) -> int:
-    """``H``: ``p["hash_block"]``, else the KV block size (SPEC 10.2's default)."""
+    """``H``: ``p["hash_block"]``, else the KV block size (docs/model.md §8.2's default)."""
     return p.get("hash_block") or p.get("kv_block") or 1
 
 

@@ -1,4 +1,4 @@
-"""The vertex-C experiment (SPEC 6.5): fill the budget, or serve at b0?
+"""The vertex-C experiment (docs/model.md §9.5): fill the budget, or serve at b0?
 
 At point C (290 + 990 tokens every 0.4675 s, kmax 100) the only sustainable
 batch is 29 prefill + 99 decode tokens every 46.75 ms.  Sarathi at bmax 128
@@ -44,7 +44,7 @@ def run(params: Dict[str, Any], options: RunOptions) -> Rows:
 
 EXPERIMENT = register(Experiment(
     name="vertex-c",
-    summary="SPEC 6.5: sarathi-128 vs sarathi-1024 vs step-fill-1024 at point C "
+    summary="model §9.5: sarathi-128 vs sarathi-1024 vs step-fill-1024 at point C "
             "(5000 s) and at lighter loads",
     params={},
     run=run,

@@ -1,4 +1,4 @@
-"""Hardware latency models and KV memory (SPEC 8.1-8.4).
+"""Hardware latency models and KV memory (docs/model.md §7.1-7.4).
 
 * :mod:`~llmqueue.hardware.specs`: :class:`GPU` and :class:`ModelShape` records,
   the built-ins of ``data/*.json``, :func:`gpu` / :func:`model` lookups and
@@ -13,7 +13,7 @@
 * :mod:`~llmqueue.hardware.memory`: :func:`kv_capacity` (a share of total or of
   free memory, :func:`kv_share`), :func:`kmax_from_memory`.
 
-A roofline sees a batch's :class:`BatchContext` (SPEC 8.2, defined in
+A roofline sees a batch's :class:`BatchContext` (docs/model.md §7.2, defined in
 :mod:`llmqueue.models.context`).  Imports :mod:`llmqueue.common`,
 :mod:`llmqueue.models` and :mod:`llmqueue.theory.fit` only.
 """

@@ -1,4 +1,4 @@
-"""How close a roofline runs to the hardware's peaks (SPEC 8.3's presets).
+"""How close a roofline runs to the hardware's peaks (docs/model.md §7.3's presets).
 
 :class:`Efficiency` holds the utilisations and fixed overheads of
 :class:`llmqueue.hardware.roofline.Roofline`; :func:`efficiency` resolves a
@@ -24,7 +24,7 @@ TIMES: Tuple[str, ...] = ("tau_layer", "t_step", "t_req", "alpha")
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Utilisations and overheads of a roofline (SPEC 8.3).
+    """Utilisations and overheads of a roofline (docs/model.md §7.3).
 
     * ``mfu``, ``mbu``: share of peak FLOP/s and HBM bandwidth for the layer GEMMs
       and weight reads, the decode-attention FLOPs (``mfu``) and the prefill KV

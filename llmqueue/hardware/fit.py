@@ -1,4 +1,4 @@
-"""Fit a roofline's efficiencies to measured iteration times (SPEC 8.3).
+"""Fit a roofline's efficiencies to measured iteration times (docs/model.md §7.3).
 
 :func:`fit_roofline` adjusts the named :class:`Efficiency` fields so that the
 roofline's times match measured ``(summary, seconds)`` samples, by least

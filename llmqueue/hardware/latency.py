@@ -1,10 +1,10 @@
-"""A batch-time model chosen by name (SPEC 9's ``latency=staircase|step|roofline``).
+"""A batch-time model chosen by name (``latency=staircase|step|roofline``).
 
 :func:`latency_model` is the one place the command line's latency keys become a
 model: the paper's :class:`~llmqueue.models.latency.Staircase` from ``c``, ``a``
-and ``b0``; SPEC 4's :class:`~llmqueue.models.latency.StepModel` with its
+and ``b0``; docs/model.md §4's :class:`~llmqueue.models.latency.StepModel` with its
 default coefficients; or the :class:`~llmqueue.hardware.roofline.Roofline` of
-SPEC 8.3 for a named GPU and model, at the number formats
+docs/model.md §7.3 for a named GPU and model, at the number formats
 :func:`precision_of` reads from the ``precision``, ``attention_precision`` and
 ``kv_cache_dtype`` keys.
 """
@@ -30,7 +30,7 @@ def latency_model(kind: str = "staircase", *, c: float = Staircase.c, a: float =
                   kv_cache_dtype: Optional[str] = None, kv_fraction: Optional[float] = None,
                   kv_of: str = "total") -> LatencyModel:
     """The model ``kind`` names: ``staircase`` (``c + a*ceil(b/b0)``; ``a = 0``
-    with ``c > 0`` is a constant time), ``step`` (SPEC 4's step model, default
+    with ``c > 0`` is a constant time), ``step`` (docs/model.md §4's step model, default
     coefficients) or ``roofline`` (needs ``gpu`` and ``model``; ``tp`` GPUs,
     ``efficiency`` ``default`` or ``ideal``, the formats of :func:`precision_of`,
     and the KV share of memory of

@@ -1,4 +1,4 @@
-"""KV-cache memory from the hardware (SPEC 8.4).
+"""KV-cache memory from the hardware (docs/model.md §7.4).
 
 :func:`kv_capacity` is how many tokens of KV cache fit beside the weights:
 ``floor((utilization*tp*memory - params*w_bytes - tp*activation - reserve) / kappa)``

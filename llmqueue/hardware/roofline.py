@@ -1,4 +1,4 @@
-"""The roofline latency model of SPEC 8.3: one iteration's time from the GPU,
+"""The roofline latency model of docs/model.md §7.3: one iteration's time from the GPU,
 the model shape, tensor parallelism and the batch's context.
 
 Per iteration and GPU, with ``T = p + d`` tokens, ``S = chunks + d`` sequences
@@ -44,7 +44,7 @@ from llmqueue.theory.fit import fit_staircase
 
 #: Runs of at least this many iterations are priced with numpy (:meth:`Roofline.batch_times`).
 VECTOR = 32
-#: The terms of :class:`Breakdown`, in the order of SPEC 8.3's sum.
+#: The terms of :class:`Breakdown`, in the order of docs/model.md §7.3's sum.
 TERMS = ("t_step", "t_req", "t_layer", "t_lin", "t_ap", "t_ad", "t_el", "t_tp")
 
 
@@ -102,7 +102,7 @@ def assumed_context(decode: int, prefill: int, requests: int) -> BatchContext:
 
 
 class Roofline:
-    """SPEC 8.3's roofline batch-time model of ``model`` on ``tp`` GPUs ``gpu``.
+    """docs/model.md §7.3's roofline batch-time model of ``model`` on ``tp`` GPUs ``gpu``.
 
     ``gpu`` and ``model`` are names or records; ``efficiency`` a preset name
     (``"default"``, ``"ideal"``) or an :class:`Efficiency`; ``precision`` a format
@@ -115,7 +115,7 @@ class Roofline:
     :func:`~llmqueue.hardware.memory.kv_capacity` takes it.  Raises at
     construction when ``heads`` or ``kv_heads`` is not divisible by ``tp``, a
     part asks the GPU for a format it lacks (FP8 on an A100), or the model
-    leaves no KV memory (``kv_capacity`` <= 0, SPEC 8.4).
+    leaves no KV memory (``kv_capacity`` <= 0, docs/model.md §7.4).
     """
 
     #: The engine passes a :class:`BatchContext` to this model.
@@ -138,7 +138,7 @@ class Roofline:
                 raise ValueError(f"tp must divide {m.name}'s {name}={heads}; got tp={tp} "
                                  f"({heads} / {tp} = {heads / tp:g})")
         self._share = (kv_fraction, kv_of)
-        #: KV-cache capacity in tokens (SPEC 8.4; ``kv_fraction`` of ``kv_of`` memory).
+        #: KV-cache capacity in tokens (docs/model.md §7.4; ``kv_fraction`` of ``kv_of`` memory).
         self.kv_capacity = kv_capacity(g, self.model, tp, fraction=kv_fraction, of=kv_of,
                                        precision=prec)
         flops, hbm = tp * prec.flops(g, "weights"), tp * g.hbm
@@ -298,7 +298,7 @@ class Roofline:
 
     def batch_times(self, decode: int, prefill: int, requests: int, context: BatchContext,
                     k: int) -> List[float]:
-        """Seconds of ``k`` back-to-back iterations of one batch (SPEC 8.2):
+        """Seconds of ``k`` back-to-back iterations of one batch (docs/model.md §7.2):
         iteration ``j`` sees ``context`` after ``j`` iterations (:meth:`BatchContext.after`).
         Each is exactly :meth:`batch_time` at its context, computed with the same
         operations in the same order, only faster (vectorised for long runs):

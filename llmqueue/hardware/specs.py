@@ -1,4 +1,4 @@
-"""Hardware and model specs as data (SPEC 8.1): :class:`GPU`, :class:`ModelShape`.
+"""Hardware and model specs as data (docs/model.md §7.1): :class:`GPU`, :class:`ModelShape`.
 
 The built-in records live in the package data files ``hardware/data/gpus.json``
 and ``hardware/data/models.json`` (units: ``flops`` and ``fp8_flops`` dense BF16
@@ -16,7 +16,7 @@ that takes a name also takes the record itself.  :meth:`ModelShape.from_hf_confi
 reads a Hugging Face ``config.json`` (a dict, a file or a folder holding one)
 without any network access.
 
-Derived figures (8.3): ``params() = P_L + V*h`` (plus a second ``V*h`` when the
+Derived figures (docs/model.md §7.3): ``params() = P_L + V*h`` (plus a second ``V*h`` when the
 embeddings are untied) with ``P_L = L*(P_attn + g*h*f)``,
 ``P_attn = h*n_q*d_h + 2*h*n_kv*d_h + n_q*d_h*h`` and ``g = 3`` for a gated
 FFN, 2 otherwise; ``kv_bytes_per_token() = 2*L*n_kv*d_h*kv_bytes``.
@@ -56,7 +56,7 @@ class GPU:
     GEMM load, whose throttling the ``default`` efficiency (calibrated on such
     parts) already holds.  It scales the compute rates a roofline prices at
     (:attr:`sustained_flops`, :attr:`sustained_fp8_flops`), never the memory
-    bandwidth: 1.0 (the default, every record of SPEC 8.1) prices at the
+    bandwidth: 1.0 (the default, every record of docs/model.md §7.1) prices at the
     datasheet's figures; 1.114 is a 1,000 W H200 that holds its boost clock
     where the 700 W part throttles (``hardware/data/README.md`` derives the
     built-ins' factors, estimates all).  Set it on a record of your own:
@@ -99,7 +99,7 @@ class GPU:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A decoder-only transformer's shape (SPEC 8.1).
+    """A decoder-only transformer's shape (docs/model.md §7.1).
 
     ``layers`` L, ``hidden`` h, ``heads`` n_q, ``kv_heads`` n_kv (default
     ``heads``), ``head_dim`` d_h (default ``hidden / heads``), ``ffn`` f, ``gated``
@@ -153,7 +153,7 @@ class ModelShape:
 
     @property
     def ffn_matrices(self) -> int:
-        """g of SPEC 8.3: 3 FFN matrices when gated, 2 otherwise."""
+        """g of docs/model.md §7.3: 3 FFN matrices when gated, 2 otherwise."""
         return 3 if self.gated else 2
 
     def attention_params(self) -> int:

@@ -4,7 +4,7 @@ An arrival law yields increasing times from a seeded generator with
 ``times(rng)``.  ``rate`` is its mean arrival rate (per second) and ``count``
 the number of times it can give (``None``: endless).
 
-* :class:`Renewal` ``(gap)``: ``gap, 2*gap, 3*gap, ...`` (SPEC 2: the first one
+* :class:`Renewal` ``(gap)``: ``gap, 2*gap, 3*gap, ...`` (docs/model.md §2: the first one
   after one gap, not at 0);
 * :class:`Poisson` ``(rate)``: exponential gaps of mean ``1/rate``;
 * :class:`Gamma` ``(rate, cv)``: gamma gaps of mean ``1/rate`` and coefficient
@@ -14,7 +14,7 @@ the number of times it can give (``None``: endless).
   rescaled (every time multiplied by one factor) so that the mean rate becomes
   ``rate``.
 
-:func:`parse_arrival` reads SPEC 9's text forms (``renewal``, ``poisson``,
+:func:`parse_arrival` reads the command line's text forms (``renewal``, ``poisson``,
 ``gamma:CV``) and :func:`arrival_law` turns one into a law at a given rate.
 """
 
@@ -137,12 +137,12 @@ class TraceTimes(ArrivalLaw):
         return iter(self._times.tolist())
 
 
-#: SPEC 9's text forms of an arrival law, for messages and help.
+#: The text forms of an arrival law, for messages and help.
 ARRIVAL_FORMS = "renewal, poisson or gamma:CV"
 
 
 def parse_arrival(text: object, name: str = "arrival") -> Tuple[str, Optional[float]]:
-    """``(kind, cv)`` from SPEC 9's text: ``("renewal", None)``,
+    """``(kind, cv)`` from an arrival law's text: ``("renewal", None)``,
     ``("poisson", None)`` or ``("gamma", CV)`` for ``gamma:CV`` (gamma gaps of
     coefficient of variation CV > 0).  Anything else is a one-line ValueError
     naming ``name`` and the allowed forms."""

@@ -1,5 +1,5 @@
 """The mean number of prefill chunks a size law's prompts take,
-``E[ceil(X / chunk)]``, which the capacity figures of SPEC 7.6 count a
+``E[ceil(X / chunk)]``, which the capacity figures of docs/model.md §6.6 count a
 request's iterations with: in closed form for the laws that have one, else
 summed from the law's survival function in a few thousand terms however heavy
 its tail."""

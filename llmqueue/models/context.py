@@ -1,5 +1,5 @@
 """The context of a batch: what a context-aware latency model sees beyond the
-token counts (SPEC 8.2).
+token counts (docs/model.md §7.2).
 
 A batch of ``d`` decode tokens and ``p`` prefill tokens gains
 
@@ -12,7 +12,7 @@ A batch of ``d`` decode tokens and ``p`` prefill tokens gains
 * ``chunk_sq``: ``sum n_i**2`` over the chunks' sizes ``n_i``;
 * ``chunk_cross``: ``sum n_i * s_i``;
 * ``waiting``: decoding residents left out of this batch (their KV stays
-  resident; SPEC 6.6's notebook baseline charges them).
+  resident; docs/model.md §9.6's notebook baseline charges them).
 
 All are integers.  The engine keeps them incrementally for models that declare
 ``needs_context``; :meth:`BatchContext.of` builds one from explicit per-request
@@ -27,7 +27,7 @@ from llmqueue.common import validation
 
 
 class BatchContext(NamedTuple):
-    """A batch's cached-token context (SPEC 8.2); see the module docstring."""
+    """A batch's cached-token context (docs/model.md §7.2); see the module docstring."""
 
     decode_ctx: int = 0
     chunks: int = 0

@@ -1,8 +1,8 @@
-"""Batch-time models: how long one iteration takes (SPEC section 4).
+"""Batch-time models: how long one iteration takes (docs/model.md §4).
 
 A model maps a batch summary (decode tokens, prefill tokens, requests in the
 batch) to seconds: :class:`Staircase` (the default), :class:`Constant`,
-:class:`StepModel` (SPEC 4's decode/prefill step model), :class:`Linear` and
+:class:`StepModel` (docs/model.md §4's decode/prefill step model), :class:`Linear` and
 :class:`Interpolated` (a table of measurements).  :mod:`llmqueue.theory.fit` fits
 a staircase or a linear model to measured samples.  Any object with a
 ``batch_time(decode, prefill, requests)`` method plugs into the engine; models
@@ -36,7 +36,7 @@ class Staircase:
     """``t_b = c + a * ceil(b / b0)`` for a batch of ``b`` tokens (Assumption 1).
 
     The defaults are the paper's fit for CodeLlama-34B on one A100-80GB.
-    ``a = 0`` with ``c > 0`` is a constant iteration time (SPEC 9); ``a > 0``
+    ``a = 0`` with ``c > 0`` is a constant iteration time; ``a > 0``
     allows ``c = 0``.
 
     Examples:
@@ -103,10 +103,10 @@ def tokens_time(model: LatencyModel, tokens: int) -> float:
 
 @dataclass(frozen=True)
 class StepModel:
-    """SPEC section 4's step model of ``d`` decode and ``p`` prefill tokens:
+    """docs/model.md §4's step model of ``d`` decode and ``p`` prefill tokens:
     ``t = base + per_decode * d + per_prefill * p + attention * p ** exponent``.
 
-    The defaults are SPEC's (5 ms + 0.8 ms * d + 0.02 ms * p + 0.3 ms * p**0.6);
+    The defaults are docs/model.md's (5 ms + 0.8 ms * d + 0.02 ms * p + 0.3 ms * p**0.6);
     the last, super-linear term stands for attention cost at long prompts.
     """
 
@@ -122,7 +122,7 @@ class StepModel:
     """The power of the attention term."""
     charge_waiting: bool = False
     """Also charge ``per_decode`` for each decoder a batch leaves waiting: the
-    chunked-prefill notebook's whole-prefill baseline (SPEC 6.6 ``baseline=notebook``)."""
+    chunked-prefill notebook's whole-prefill baseline (docs/model.md §9.6 ``baseline=notebook``)."""
 
     @property
     def needs_context(self) -> bool:

@@ -1,4 +1,4 @@
-"""One line of a Mooncake trace (SPEC 10.5; Mooncake FAST'25 release).
+"""One line of a Mooncake trace (docs/model.md §8.5; Mooncake FAST'25 release).
 
 A Mooncake trace is JSON Lines: one object a line,
 ``{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}``

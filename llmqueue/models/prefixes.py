@@ -1,6 +1,6 @@
-"""Workloads whose prompts share prefixes (SPEC 10.5): prefix groups.
+"""Workloads whose prompts share prefixes (docs/model.md §8.5): prefix groups.
 
-A request may carry content ids of its prompt (SPEC 10.1), one per ``H``
+A request may carry content ids of its prompt (docs/model.md §8.1), one per ``H``
 tokens (the **hash block**): equal ``i``-th ids mean equal first
 ``(i + 1) H`` tokens.  :class:`PrefixGroups` draws requests from ``G``
 groups of Zipf popularity (:func:`zipf_popularity`): each prompt is its
@@ -28,7 +28,7 @@ from llmqueue.models.workload import Arrival, Workload, compose
 #: Most prefix groups :func:`zipf_popularity` lists (a tuple of that many floats).
 MAX_GROUPS = 10**7
 #: The hash block of synthetic workloads when none is given: vLLM's KV block
-#: size, and SPEC 10.7's ``B = H = 16``.
+#: size, and docs/model.md §8.7's ``B = H = 16``.
 HASH_BLOCK = 16
 
 
@@ -99,7 +99,7 @@ class BlockIds:
 
 
 class PrefixGroups(Workload):
-    """Requests from ``groups`` prefix groups of Zipf popularity (SPEC 10.5).
+    """Requests from ``groups`` prefix groups of Zipf popularity (docs/model.md §8.5).
 
     Each request picks group ``g`` with probability ``p_g`` proportional to
     ``g^(-zipf)`` (:attr:`popularity`); its prompt is the group's ``shared``
@@ -118,7 +118,7 @@ class PrefixGroups(Workload):
     whatever ``count``, and group picks come from a fourth independent stream
     of ``numpy.random.SeedSequence(seed)``.
 
-    ``hash_block`` is 16 by default (vLLM's block size, SPEC 10.7's
+    ``hash_block`` is 16 by default (vLLM's block size, docs/model.md §8.7's
     ``B = H = 16``): the ids are cut per hash block, so the workload needs
     it; an engine whose KV block size B divides it takes it as it is.
 

@@ -1,4 +1,4 @@
-"""Multi-turn sessions (SPEC 10.5): scripts of closed-loop conversations.
+"""Multi-turn sessions (docs/model.md §8.5): scripts of closed-loop conversations.
 
 A session arrives (Poisson at ``rate`` sessions per second), picks a prefix
 group ``g`` of Zipf popularity, and plays its turns one after the other:
@@ -71,7 +71,7 @@ def _stream(sample: Callable[[int], np.ndarray]) -> Iterator[int]:
 
 
 class Sessions:
-    """Multi-turn sessions (SPEC 10.5): iterate it for the :class:`Session`
+    """Multi-turn sessions (docs/model.md §8.5): iterate it for the :class:`Session`
     scripts, afresh (and the same) each time.
 
     ``rate`` sessions per second arrive Poisson, ``sessions`` of them

@@ -6,7 +6,7 @@ form (used by capacity figures and by the tests).  The laws:
 
 * :class:`Fixed` ``(value)``: always ``value``;
 * :class:`UniformInt` ``(low, high)``: uniform on the integers ``low .. high - 1``
-  (half-open, as SPEC 6.6 writes ``[1500, 2500)``);
+  (half-open, as docs/model.md §9.6 writes ``[1500, 2500)``);
 * :class:`PoissonSize` ``(mean)``: Poisson counts;
 * :class:`Geometric` ``(mean)``: geometric on ``1, 2, ...`` (the discrete
   exponential, a high-variance law), ``mean >= 1``;
@@ -22,8 +22,8 @@ form (used by capacity figures and by the tests).  The laws:
 ``draw(rng)`` is one draw as a plain ``int`` (for job code that draws a size
 at a time); ``variance`` is the law's variance and ``survival(x)`` = P(draw > x),
 which give :func:`llmqueue.models.chunks.mean_chunks` and the expected memory area
-of SPEC 7.6.
-:func:`parse_size` reads SPEC 9's text forms (``N``, ``uniform:LO:HI``, ...).
+of docs/model.md §6.6.
+:func:`parse_size` reads the command line's text forms (``N``, ``uniform:LO:HI``, ...).
 A decode law that draws 0 gives 1 in a workload (a request has ``vd >= 1``):
 :func:`decode_sizes` applies that rule, for :func:`llmqueue.workload.compose`
 and every other stream.
@@ -345,12 +345,12 @@ def decode_variance(law: SizeLaw) -> float:
     return law.variance + law.mean ** 2 + zero - mean * mean
 
 
-#: SPEC 9's text forms of a size law, for messages and help.
+#: The text forms of a size law, for messages and help.
 SIZE_FORMS = "N, uniform:LO:HI, geometric:MEAN, lognormal:MEAN:CV or empirical:FILE"
 
 
 def parse_size(name: str, text: object) -> SizeLaw:
-    """A size law from SPEC 9's text: ``N`` (fixed), ``uniform:LO:HI`` (both ends
+    """A size law from its text: ``N`` (fixed), ``uniform:LO:HI`` (both ends
     included), ``geometric:MEAN``, ``lognormal:MEAN:CV``, ``empirical:FILE``
     (one count per line).  ``name`` names the parameter in errors, which are
     one-line ValueErrors giving the allowed forms."""

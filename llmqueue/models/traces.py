@@ -10,7 +10,7 @@ Two CSV formats, told apart by the header line:
   a row is the seconds since the first row, computed with whole seconds and
   fractions apart so no digit is lost; a row earlier than the first is an error;
 
-and the Mooncake FAST'25 JSON Lines (SPEC 10.5, :mod:`llmqueue.models.mooncake`),
+and the Mooncake FAST'25 JSON Lines (docs/model.md §8.5, :mod:`llmqueue.models.mooncake`),
 read by default from a file named ``*.jsonl``: ``timestamp`` (ms) becomes the
 arrival in seconds, ``input_length`` the prompt, ``output_length`` the decode
 tokens and ``hash_ids`` the prompt's content ids (``Trace.blocks``, one per

@@ -25,7 +25,7 @@ from llmqueue.models.sizes import SizeLike, as_law, decode_mean, decode_sizes
 
 class Arrival(NamedTuple):
     """One request: arrival time (s), prefill tokens, decode tokens, class,
-    and, for prefix caching (SPEC 10.1), the content ids of its prompt's hash
+    and, for prefix caching (docs/model.md §8.1), the content ids of its prompt's hash
     blocks of ``hash_block`` tokens (``blocks``) and of the blocks that fill
     up while it decodes (``out_blocks``)."""
 
@@ -63,7 +63,7 @@ class Workload:
     """Requests at time 0 before the stream's own (``initial=N``), counted
     apart from ``rate`` when a run checks how many requests it would bring."""
     hash_block: Optional[int] = None
-    """Tokens per content id (``H``, SPEC 10.1) when its arrivals carry ids
+    """Tokens per content id (``H``, docs/model.md §8.1) when its arrivals carry ids
     (``blocks``), else ``None``."""
 
     def __iter__(self) -> Iterator[Arrival]:
@@ -74,7 +74,7 @@ class Workload:
         return f"Workload({self.description})"
 
     def without_ids(self) -> "Workload":
-        """The same arrivals with no prefix-cache ids (SPEC 10.1), for an
+        """The same arrivals with no prefix-cache ids (docs/model.md §8.1), for an
         engine without a prefix cache (which refuses ids)."""
         def make() -> Iterator[Arrival]:
             for a in self.make():
@@ -98,7 +98,7 @@ def compose(arrivals: ArrivalLaw, prefill: SizeLike, decode: SizeLike,
     needs a horizon) unless the arrival law is finite (a trace).
 
     ``initial`` requests arrive at time 0, before the law's first arrival
-    (SPEC 9's ``initial=N``: a backlog at the start, for metastability and
+    (the command line's ``initial=N``: a backlog at the start, for metastability and
     saturated runs); they draw the first sizes and count towards ``count``.
 
     Examples:
@@ -158,7 +158,7 @@ def offline(count: int, prefill: SizeLike, decode: SizeLike, seed: int = 0) -> W
 
 
 def renewal(gap: float, prefill: int, decode: int, count: Optional[int] = None) -> Workload:
-    """Arrivals at ``gap, 2*gap, 3*gap, ...`` (SPEC 2), each of fixed size.
+    """Arrivals at ``gap, 2*gap, 3*gap, ...`` (docs/model.md §2), each of fixed size.
 
     Examples:
         >>> [a.time for a in renewal(0.4675, 290, 990, count=3)]  # point C's gaps

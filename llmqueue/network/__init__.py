@@ -1,6 +1,6 @@
 """Many engines on one clock: networks and pools of engines, routers (the
-cache-aware ones of SPEC 10.6 too), request classes and agent workflows
-(SPEC 6.3-6.4).  Imports the engine and the layers below it."""
+cache-aware ones of docs/model.md §8.6 too), request classes and agent workflows
+(docs/model.md §9.3-9.4).  Imports the engine and the layers below it."""
 
 from llmqueue.network.classes import RequestClass, by_class, class_stream
 from llmqueue.network.network import Network, NetworkResult

@@ -1,4 +1,4 @@
-"""Request classes: each with its own arrival rate and size laws (SPEC 6.4),
+"""Request classes: each with its own arrival rate and size laws (docs/model.md §9.4),
 and figures broken down by class.
 
 Sizes follow the laws of :mod:`llmqueue.models.sizes` (a plain integer is a fixed

@@ -1,4 +1,4 @@
-"""Many engines in one SimPy environment (SPEC 6.3, 6.4).
+"""Many engines in one SimPy environment (docs/model.md §9.3, §9.4).
 
 A :class:`Network` holds named :class:`~llmqueue.engine.Engine` objects, each
 with its own GPU resource, kmax pool, policy and latency model, and named
@@ -6,7 +6,7 @@ with its own GPU resource, kmax pool, policy and latency model, and named
 pool) from a workload (:meth:`Network.feed`), from multi-turn sessions
 (:meth:`Network.feed_sessions`) or from agent workflows
 (:mod:`llmqueue.workflows`); a pool's router reads the request it routes
-(:meth:`Network.send`: with its prefix ids and session, SPEC 10.6).
+(:meth:`Network.send`: with its prefix ids and session, docs/model.md §8.6).
 :meth:`Network.run` runs them all on one clock and returns a
 :class:`~llmqueue.network.results.NetworkResult` with a
 :class:`~llmqueue.simulate.Result` per engine and one for the whole network.
@@ -83,7 +83,7 @@ class Network:
                    chunked: bool = True, kv: Optional[KV] = None) -> Engine:
         """A new engine called ``name`` with its own policy, budget, slots and
         latency model (``policy`` as :func:`~llmqueue.make_policy` takes it),
-        and its own KV cache when ``kv`` is given (SPEC 7: its result then
+        and its own KV cache when ``kv`` is given (docs/model.md §6: its result then
         carries the memory figures).  A network holds at most
         :data:`~llmqueue.common.limits.MAX_ENGINES` engines."""
         self._new_name(name)
@@ -201,7 +201,7 @@ class Network:
     def feed(self, target: str, arrivals: Iterable[Arrival]) -> None:
         """Send the arrivals of a workload to ``target`` at their times (those
         with ids as :class:`~llmqueue.engine.prefix_cache.PrefixRequest`
-        objects, SPEC 10.1, which a pool's router reads)."""
+        objects, docs/model.md §8.1, which a pool's router reads)."""
         self.route(target)  # fail now on an unknown name
         arrivals = as_workload(arrivals)  # a plain list of rows too
         self.source(getattr(arrivals, "rate", None), getattr(arrivals, "count", None),
@@ -216,7 +216,7 @@ class Network:
             self.send(target, prefix_request(None, *arrival[1:7]))
 
     def feed_sessions(self, target: str, sessions: Iterable[Session]) -> SessionLog:
-        """Play multi-turn sessions (SPEC 10.5: scripts such as a
+        """Play multi-turn sessions (docs/model.md §8.5: scripts such as a
         :class:`~llmqueue.models.sessions.Sessions`) into ``target``: each
         turn is :meth:`sent <send>` when it comes (a pool routes it with its
         ids and ``session``: ``session-sticky`` keeps a session on one
@@ -279,7 +279,7 @@ class Network:
     def _drain(self) -> bool:
         """A run without horizon has nothing left to do, but engines that idle
         on purpose (WAIT) still hold residents: no arrival can wake them, so
-        their arrivals are over and they drain (SPEC 7.5: a fixed-count run
+        their arrivals are over and they drain (docs/model.md §6.5: a fixed-count run
         never hangs).  Whether any was woken."""
         idle = [e for e in self.engines.values()
                 if e.kv is not None and len(e.residents) and not e.arrivals_over]

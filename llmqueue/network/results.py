@@ -1,4 +1,4 @@
-"""What a network run produces (SPEC 6.3, 6.4): a Result per engine, the
+"""What a network run produces (docs/model.md §9.3, §9.4): a Result per engine, the
 engines of a pool (or any of them) combined into one, and the
 :class:`NetworkResult` that :meth:`~llmqueue.network.network.Network.run`
 returns; with the capacity each engine's load is read against."""
@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 
 def capacity(engine: Engine) -> Optional[float]:
-    """Most tokens per second ``engine`` can serve, ``bmax / t_bmax`` (SPEC 6.2);
+    """Most tokens per second ``engine`` can serve, ``bmax / t_bmax`` (docs/model.md §9.2);
     ``None`` without a budget.  A latency model not of the batch size alone
     (the roofline) is read at the mix and mean contexts of the requests that
     arrived (:class:`~llmqueue.theory.shapes.MeanContext`: a prefilled prompt

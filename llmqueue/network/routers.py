@@ -1,4 +1,4 @@
-"""Routers: which replica of a pool takes the next request (SPEC 6.3, 10.6).
+"""Routers: which replica of a pool takes the next request (docs/model.md §9.3, §8.6).
 
 A router is a small object whose :meth:`Router.choose` reads the replicas'
 state at the instant of an arrival, and the arriving request itself, and
@@ -7,7 +7,7 @@ deterministic routers need no random numbers; ``random`` and
 ``power-of-two`` draw from their own seeded numpy generator, so the same seed
 gives the same routing.
 
-The cache-aware routers of SPEC 10.6 (:class:`PrefixAffinity`,
+The cache-aware routers of docs/model.md §8.6 (:class:`PrefixAffinity`,
 :class:`PrefixScore`, :class:`SessionSticky`) also read a replica's
 :meth:`Replica.cached_prefix`.  By default they read everything live, at the
 routing instant.  With ``stale=S`` seconds they read a :class:`Snapshot` of
@@ -18,7 +18,7 @@ snapshot was taken is routed on it, and the first request routed ``S`` or
 more seconds after it takes a new one (of every replica, at that instant,
 before choosing).  A snapshot does not see the requests routed since it was
 taken (nor anything the replicas did meanwhile): the herding a stale view
-causes.  Its hits are SPEC 10.2's lookup over the ids cached at the snapshot.
+causes.  Its hits are docs/model.md §8.2's lookup over the ids cached at the snapshot.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Replica(Protocol):
         ...
 
     def cached_prefix(self, request: Request) -> int:
-        """Hit tokens ``request`` would get there now (SPEC 10.2's lookup at a
+        """Hit tokens ``request`` would get there now (docs/model.md §8.2's lookup at a
         first start), changing nothing; 0 without a prefix cache or ids."""
         ...
 
@@ -139,7 +139,7 @@ class PowerOfTwo(Router):
         return i if engines[i].backlog <= engines[j].backlog else j
 
 
-# -- cache-aware routers (SPEC 10.6) ------------------------------------------
+# -- cache-aware routers (docs/model.md §8.6) ------------------------------------------
 class Snapshot:
     """A replica as it was when the snapshot was taken: its ``pending``,
     ``backlog`` and prefix-cache contents, frozen (what a router with
@@ -179,7 +179,7 @@ def freeze(replica: Replica) -> Replica:
 
 
 def _ids(request: Optional[Request]) -> bool:
-    """Whether ``request`` carries prefix ids (SPEC 10.1)."""
+    """Whether ``request`` carries prefix ids (docs/model.md §8.1)."""
     return bool(getattr(request, "ids", None))
 
 
@@ -324,7 +324,7 @@ ROUTERS: Dict[str, Callable[..., Router]] = {
     cls.name: cls for cls in (RandomRouter, RoundRobin, JSQ, JSQTokens, PowerOfTwo,
                               PrefixAffinity, PrefixScore, SessionSticky)}
 
-#: The routers of SPEC 6.3 (what ``router=all`` of the ``parallel`` experiment runs).
+#: The routers of docs/model.md §9.3 (what ``router=all`` of the ``parallel`` experiment runs).
 BASIC = ("random", "round-robin", "jsq", "jsq-tokens", "power-of-two")
 
 
@@ -344,8 +344,8 @@ def check_traffic(router: str, ids: bool, sessions: bool = False) -> None:
 
 
 def router_names(cache_aware: bool = True) -> List[str]:
-    """Names of the built-in routers (``cache_aware=False``: SPEC 6.3's only,
-    without those of SPEC 10.6)."""
+    """Names of the built-in routers (``cache_aware=False``: docs/model.md §9.3's only,
+    without those of docs/model.md §8.6)."""
     return list(ROUTERS) if cache_aware else list(BASIC)
 
 

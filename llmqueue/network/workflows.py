@@ -1,4 +1,4 @@
-"""Agent workflows: jobs that call engines, as SimPy processes (SPEC 6.4).
+"""Agent workflows: jobs that call engines, as SimPy processes (docs/model.md §9.4).
 
 A workflow is a generator function of a :class:`JobContext`.  It yields the
 events of its LLM calls: one call to wait for it, ``ctx.all(...)`` to fan out

@@ -1,6 +1,6 @@
-"""Capacity planning (SPEC 8.7-8.9): :func:`plan` finds the goodput of an
+"""Capacity planning (docs/model.md §7.7-7.9): :func:`plan` finds the goodput of an
 engine (the largest arrival rate whose SLO attainment reaches a target) by
-replicated, seeded simulation after the analytic bounds of SPEC 8.6;
+replicated, seeded simulation after the analytic bounds of docs/model.md §7.6;
 :func:`plan_engines` finds the fewest engines behind a router for a rate, and
 what they cost.  :class:`EngineSpec` and :class:`Traffic` describe the engine
 and the unit-rate workload."""

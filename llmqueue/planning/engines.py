@@ -1,5 +1,5 @@
 """``plan_engines``: the fewest identical engines behind a router that serve a
-rate within an SLO, and what they cost (SPEC 8.8).
+rate within an SLO, and what they cost (docs/model.md §7.8).
 
 ``K_lb = floor(rate / lambda_tok) + 1`` (Proposition 3 / Theorem 2: fewer
 engines cannot be stable under any router; exact for models of the batch size
@@ -98,7 +98,7 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
                  executor: Optional[Executor] = None, progress: Optional[bool] = None,
                  price: Optional[float] = None) -> EnginesResult:
     """The fewest engines ``engine`` behind ``router`` that serve ``rate``
-    requests/s of ``workload`` within ``slo`` at ``target`` (SPEC 8.8), with
+    requests/s of ``workload`` within ``slo`` at ``target`` (docs/model.md §7.8), with
     the replication and decision rules of :func:`~llmqueue.planning.plan`."""
     wall = time.perf_counter()
     validation.positive_number("rate", rate)

@@ -1,4 +1,4 @@
-"""What a replication of ``plan`` judges (SPEC 8.5, 8.7 item 3): each measured
+"""What a replication of ``plan`` judges (docs/model.md §7.5, §7.7 item 3): each measured
 request's thresholds (:func:`limits`; per class for per-class SLOs, relative
 ones times the request's unloaded latency), the gated metrics it is already
 certain to miss (:func:`_fails`), and the run's attainment so far
@@ -29,7 +29,7 @@ from llmqueue.theory.slo import METRICS, SLO, SLOLike
 GATED = METRICS
 BIT = {m: 1 << i for i, m in enumerate(GATED)}
 ALL = (1 << len(GATED)) - 1
-UNLOADED = {"ttft": 0, "tpot": 1, "tbt": 2, "e2e": 3}  # the unloaded latency (SPEC 8.6)
+UNLOADED = {"ttft": 0, "tpot": 1, "tbt": 2, "e2e": 3}  # the unloaded latency (docs/model.md §7.6)
 
 
 def slo_of(slo: SLOLike, klass: Hashable) -> SLO:
@@ -41,7 +41,7 @@ def limits(slo: SLOLike, engine: EngineSpec, vp: np.ndarray, vd: np.ndarray,
            classes: Optional[Sequence[Hashable]] = None) -> Dict[str, np.ndarray]:
     """Each gated metric's threshold per request, in seconds (+inf where the
     request's SLO does not gate it; relative SLOs: the multiple times the
-    request's unloaded latency, SPEC 8.6).  ``classes`` names each request's
+    request's unloaded latency, docs/model.md §7.6).  ``classes`` names each request's
     class when ``slo`` is per class."""
     n = len(vp)
     if isinstance(slo, SLO):

@@ -1,5 +1,5 @@
 """``plan``: the largest arrival rate one engine (or a pool of them) serves
-within an SLO (SPEC 8.7), with the bounds of 8.6 first.
+within an SLO (docs/model.md §7.7), with the bounds of §7.6 first.
 
 Bracket ``[0, hi]`` with ``hi = engines * min(lambda_tok, lambda_slot,
 lambda_kv)`` (``lambda_kv`` when the engine has a KV cache: its capacity in
@@ -10,7 +10,7 @@ context models ``hi`` starts at ``1.1 * min`` and doubles while a probe at
 ``hi`` passes.  Then bisection on ``(lo + hi) / 2`` with the
 probes of :mod:`llmqueue.planning.probe`, until ``hi - lo <= rel_tol * hi``, a
 boundary probe once a rate has passed, ``max_probes`` probes, or (nothing
-passed) ``hi`` below :data:`FLOOR` times the bound.  SPEC 8.7 stops at any
+passed) ``hi`` below :data:`FLOOR` times the bound.  docs/model.md §7.7 stops at any
 boundary probe; one before any pass would answer a goodput of 0 for an
 engine that serves nearly the rate probed (the first probe of a context
 model is at ``1.1 * min``, near the capacity), so the search goes on below it.
@@ -97,7 +97,7 @@ class PlanResult:
         return self.goodput / (self.engines * int(self.config.get("tp", 1)))
 
     def as_dict(self) -> Dict[str, Any]:
-        """The JSON document of SPEC 9 (``--json``)."""
+        """The JSON document of ``llmqueue plan --json``."""
         b = self.bounds
         extra = {} if self.hits is None else self.hits.as_dict()
         return {**extra, "goodput": self.goodput, "lo": self.lo,
@@ -140,7 +140,7 @@ def check_slo(slo: Any, workload: Optional[Traffic] = None) -> SLOLike:
 
 
 def bounds_of(workload: Traffic, engine: EngineSpec, slo: SLOLike, seed: int) -> Bounds:
-    """SPEC 8.6's bounds for ``engine`` (with ``lambda_kv`` when it has a KV
+    """docs/model.md §7.6's bounds for ``engine`` (with ``lambda_kv`` when it has a KV
     cache) and ``workload``; per class, ``A_0 = sum share_c A_0,c`` and
     ``1/lambda_kv = sum share_c / lambda_kv,c`` (Little's law on the mean KV area)."""
     capacity = None if engine.kv is None else engine.kv.tokens
@@ -268,7 +268,7 @@ def at_rate(p: Probe) -> Dict[str, Any]:
 
 def shown_quantile(mode: str, target: float) -> Tuple[str, str]:
     """Which latency quantile a plan's table and figure show, as ``(key of
-    :func:`at_rate`, label)``: p90 in joint mode (SPEC 8.9), the target's own
+    :func:`at_rate`, label)``: p90 in joint mode (docs/model.md §7.9), the target's own
     quantile in quantile mode, which judges it (``target=0.99``: p99)."""
     if mode == "quantile":
         return "target", f"p{100 * target:.4g}"
@@ -287,7 +287,7 @@ def crossing(probes: List[Probe], target: float) -> Optional[float]:
 
 def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any,
             first: Optional[Probe] = None) -> Iterator[Probe]:
-    """The probes of the search, in order (SPEC 8.7 items 1, 5), after
+    """The probes of the search, in order (docs/model.md §7.7 items 1, 5), after
     ``first`` when a probe already ran (it measured a prefix cache's hits)."""
     limit = s.bounds.limit * engines
     lo = 0.0
@@ -302,7 +302,7 @@ def _search(s: Setup, engines: int, max_probes: int, rel_tol: float, bar: Any,
         hi = limit
         yield Probe(hi, engines, 0, None, None, FAIL,
                     note="at or above the token/slot/memory bound: no policy keeps up "
-                         "(Theorem 2, SPEC 8.6)")
+                         "(Theorem 2, docs/model.md §7.6)")
     else:
         hi = 1.1 * limit if 1.1 * limit > lo else 2 * lo
         top = None if s.hits is None or s.hits.ceiling is None else s.hits.ceiling * engines
@@ -340,7 +340,7 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
          router: str = "jsq-tokens", executor: Optional[Executor] = None,
          progress: Optional[bool] = None, price: Optional[float] = None) -> PlanResult:
     """The goodput of ``engine`` (``engines`` of them behind ``router``) for
-    ``workload`` under ``slo`` at ``target`` attainment (SPEC 8.7).
+    ``workload`` under ``slo`` at ``target`` attainment (docs/model.md §7.7).
 
     Replications run in this process or on ``executor`` (any
     ``concurrent.futures.Executor``: same result either way); ``progress``

@@ -1,4 +1,4 @@
-"""One probe of ``plan`` (SPEC 8.7 item 4): replications at one rate (and one
+"""One probe of ``plan`` (docs/model.md §7.7 item 4): replications at one rate (and one
 number of engines), the decision PASS / FAIL / boundary, and the drift check.
 
 Replication attainments ``A_r`` (or the upper bounds ``U_r`` of runs stopped
@@ -18,7 +18,7 @@ stable load shows them while it fills.  So the probe is run again with
 :data:`LONGER` times the measured requests (the same seeds: common random
 numbers), up to :data:`LONGEST` times, and decided by the rules above once the
 drift is gone; it FAILs ("diverging") only if the drift persists at the
-longest runs.  (Failing at once failed stable loads: SPEC E8.6's three engines
+longest runs.  (Failing at once failed stable loads: docs/model.md §7.10, E8.6's three engines
 behind ``jsq-tokens`` at 0.94 of their capacity, attainment 0.973.)
 """
 
@@ -91,7 +91,7 @@ def mean_hw(values: Sequence[float], confidence: float) -> Tuple[float, float]:
 
 
 def diverging(runs: Sequence[Run]) -> bool:
-    """SPEC 8.7's drift check: the second half of the window worse than the
+    """docs/model.md §7.7's drift check: the second half of the window worse than the
     first beyond the 95 % half-width of the mean difference, and the backlog
     slope positive at the 95 % level; both pooled over ``runs``."""
     if len(runs) < 2:

@@ -1,4 +1,4 @@
-"""One replication of a probe (SPEC 8.7 item 2-3): ``n_warm`` warm-up arrivals,
+"""One replication of a probe (docs/model.md §7.7 item 2-3): ``n_warm`` warm-up arrivals,
 ``n_meas`` measured ones, no more arrivals, then a drain until every measured
 request finishes or the drain exceeds its limit; with early stopping, the run
 ends as soon as enough measured requests are certain to fail.
@@ -211,7 +211,7 @@ def run_replication(task: Task) -> Run:
                 requests.append(r)
             arrived[0] = i + 1
         # once the last request is routed, a policy that idles on purpose (strict
-        # WAIT) is told that nothing more will come, and drains (SPEC 7.5)
+        # WAIT) is told that nothing more will come, and drains (docs/model.md §6.5)
         later_this_instant(env, ROUTING).callbacks.append(end_arrivals)
 
     def end_arrivals(_: simpy.Event) -> None:

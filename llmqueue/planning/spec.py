@@ -1,5 +1,5 @@
 """What a capacity plan is about: the engine (:class:`EngineSpec`) and the
-traffic (:class:`Traffic`) of SPEC 8.7 (the text forms of size and arrival laws
+traffic (:class:`Traffic`) of docs/model.md §7.7 (the text forms of size and arrival laws
 are read by :mod:`llmqueue.models.sizes` and :mod:`llmqueue.models.arrivals`).
 
 ``Traffic`` holds an arrival law **of unit rate** (Poisson, or gamma gaps of a
@@ -9,7 +9,7 @@ SLOs); or with :meth:`Traffic.prefix_groups` prompts that open with one of a
 few shared heads (prefix caching, :mod:`llmqueue.planning.groups`).
 :func:`arrivals` draws a replication's requests from a seed so that the same
 seed gives the same unit-rate gaps, classes, sizes and content ids
-(:func:`prompt_ids`) at every rate (common random numbers, SPEC 8.7).
+(:func:`prompt_ids`) at every rate (common random numbers, docs/model.md §7.7).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class EngineSpec:
     """One engine: its policy (a scheduler name or a picklable policy object),
     token budget ``bmax`` per iteration, ``kmax`` slots (``None`` = unlimited),
     latency model (the paper's staircase by default), chunked prefill and KV
-    cache (``None``: no memory limit; else SPEC 7's :class:`KV`, whose capacity
-    adds the memory bound ``lambda_kv`` of SPEC 8.6)."""
+    cache (``None``: no memory limit; else docs/model.md §6's :class:`KV`, whose capacity
+    adds the memory bound ``lambda_kv`` of docs/model.md §7.6)."""
 
     policy: Any = "sarathi"
     bmax: int = 512
@@ -278,7 +278,7 @@ def arrivals(traffic: Traffic, n: int, seed: int, replication: int
 
 
 def arrival_cv(text: str) -> Optional[float]:
-    """:class:`Traffic`'s ``cv`` from SPEC 9's arrival text
+    """:class:`Traffic`'s ``cv`` from an arrival law's text
     (:func:`~llmqueue.models.arrivals.parse_arrival`): ``poisson`` gives ``None``,
     ``gamma:CV`` gives CV; ``renewal`` is refused (a plan replicates random
     arrivals)."""

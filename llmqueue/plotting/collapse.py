@@ -63,10 +63,10 @@ def plot_collapse(columns: Sequence[Panel], title: str, width: float,
                   default=1.0)
         for ax in (hit, pending):
             ax.set_xlim(0, end)
-        decorate(hit, f"{column.title}: hit ratio ({width:g} s windows)", TIME,
+        decorate(hit, f"Hit ratio in {width:g} s windows, {column.title}", TIME,
                  label("hit ratio", "by first start"), outside=False)
-        decorate(pending, f"{column.title}: pending", TIME, label("pending", "requests"),
-                 outside=False)
+        decorate(pending, f"Pending requests, {column.title}", TIME,
+                 label("pending", "requests"), outside=False)
     suptitle(fig, title)
     return fig
 

@@ -1,4 +1,4 @@
-"""Figures of the KV-cache reference experiments (SPEC 7.8): Nie et al.'s
+"""Figures of the KV-cache reference experiments (docs/model.md §6.8): Nie et al.'s
 Table 1, the stability boundary under memory, coprime output lengths and the
 memory waste of policies that are not work-conserving.  Each takes the rows
 of its experiment (``(label, result)``, figures in the summaries) and draws
@@ -161,8 +161,8 @@ def plot_memory_waste(rows: Rows, title: str, expected: Mapping[str, float],
                       area: Optional[Mapping[str, float]] = None,
                       used: Optional[Mapping[str, float]] = None,
                       axes: Optional[Sequence[Axes]] = None) -> Figure:
-    """Left: saturated throughput over ``mu`` per policy beside SPEC's
-    ``expected`` ratio.  Right: memory area per request over E[g] and KV
+    """Left: saturated throughput over ``mu`` per policy beside the
+    ``expected`` ratio (docs/model.md §6.8.6).  Right: memory area per request over E[g] and KV
     utilization per policy, beside the expected ``area`` and ``used`` ratios
     (by policy, where given).  Rows whose summary has no
     ``throughput_over_mu`` (point C) are left out.  Draws into the two
@@ -178,7 +178,7 @@ def plot_memory_waste(rows: Rows, title: str, expected: Mapping[str, float],
                       ha="center", va="center", color="white", fontsize=9)
     left.plot([i for i, n in enumerate(names) if n in expected],
               [expected[n] for n in names if n in expected], "D", color="black",
-              zorder=DATA_ZORDER, label="SPEC 7.8.6: expected")
+              zorder=DATA_ZORDER, label="expected (model §6.8.6)")
     reference_hline(left, 1.0, "mu = M / (b̄ E[g]) (memory capacity)")
     _bar_panel(left, names, 1.3, "Saturated throughput", POLICY,
                label("throughput / mu", "ratio"))
@@ -192,7 +192,7 @@ def plot_memory_waste(rows: Rows, title: str, expected: Mapping[str, float],
         if shown:
             right.plot([i + offset for i, _ in shown], [m for _, m in shown],
                        "D" if offset < 0 else "o", color="black", zorder=DATA_ZORDER,
-                       label=f"SPEC 7.8.6: {text}")
+                       label=f"{text} (model §6.8.6)")
     reference_hline(right, 1.0, "E[g] / a full cache")
     _bar_panel(right, names, 1.45, "Where the memory goes", POLICY,
                label("ratio", "area / E[g], KV used / M"))

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter, ScalarFormatter
 
 from llmqueue.engine.results import Result
 from llmqueue.plotting.style import (DATA_ZORDER, decorate, label, panels_for, reference_hline,
@@ -19,7 +19,8 @@ def plot_backlogs(panels: Sequence[Tuple[str, Dict[str, Result]]], title: str,
                   unit: str = "s", axes: Optional[Sequence[Axes]] = None) -> Figure:
     """One panel per ``(name, {engine: result})`` run, stacked on a shared time
     axis (in ``unit``): each engine's backlog (unprocessed tokens) over time,
-    and their sum drawn black when an engine is called ``total``.  Draws into
+    and their sum drawn black when an engine is called ``total``; counts
+    written 500k, 1.5M (no ``1e6`` offset to miss above the axis).  Draws into
     ``axes`` (one per panel) when given; returns the figure."""
     fig, axs = panels_for(axes, len(panels), column=True, sharex=True, panel=(10.0, 3.6))
     for ax, (name, results) in zip(axs, panels):
@@ -29,6 +30,7 @@ def plot_backlogs(panels: Sequence[Tuple[str, Dict[str, Result]]], title: str,
                 {"linewidth": 1.0, "alpha": 0.8}
             ax.step(t, backlog, where="post", label=engine, **style)
         ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(EngFormatter(sep=""))
         decorate(ax, name, None, label("backlog", "tokens"))
     axs[-1].set_xlabel(label("time", unit))
     suptitle(fig, title)

@@ -15,8 +15,8 @@ from llmqueue.theory.region import stability_region, vertex_c
 
 MARKERS = {"stable": ("o", "tab:green"), "unstable": ("X", "tab:red"),
            "inconclusive": ("s", "tab:grey")}
-TITLE = ("Theorem 10: sustainable (prefill, decode) rates with kmax, and what each "
-         "scheduler holds (CodeLlama-34B staircase)")
+TITLE = ("Theorem 10's stability region and what each scheduler holds: sustainable "
+         "(prefill, decode) token rates with kmax, CodeLlama-34B staircase")
 
 
 def plot_region(rows: Sequence[Tuple[str, Result]], kmax: Optional[int],

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from llmqueue.engine.results import Result
-from llmqueue.plotting.style import DATA_ZORDER, decorate, label, panels_for, suptitle
+from llmqueue.plotting.style import DATA_ZORDER, decorate, label, log_axis, panels_for, suptitle
 
 #: Bar colours: with the prefix cache, without.
 COLOURS = {True: "tab:blue", False: "0.65"}
@@ -70,12 +70,12 @@ def plot_sessions(rows: Sequence[Tuple[str, Result]], title: str,
             cdf.step(values, np.arange(1, values.size + 1) / values.size, where="post",
                      color=COLOURS[s["prefix"]], linestyle=STYLES[sizes.index(s["kv"]) % 4],
                      linewidth=1.8, label=name)
-    cdf.set_xscale("log")
+    log_axis(cdf, "x")
     cdf.set_ylim(0, 1.0)
     decorate(cdf, "TTFT of every request (first seed)", label("TTFT", "s, log scale"),
              label("requests at or below", "fraction"), grid="both", outside=False)
     _bars(p90, sizes, ttft, ratio_notes)
-    p90.set_yscale("log")
+    log_axis(p90, "y")
     top = max(ttft.values(), default=1.0)
     p90.set_ylim(top=top * 30)
     decorate(p90, "TTFT p90 (mean over seeds)", CACHE, label("TTFT p90", "s, log scale"),

@@ -1,4 +1,4 @@
-"""Figures of greedy admission under KV memory (SPEC 7.8.3 and 7.8.4):
+"""Figures of greedy admission under KV memory (docs/model.md §6.8.3 and §6.8.4):
 preemption storms and metastability over time (still and animated), and the
 worst-case limit cycle's completions per iteration."""
 
@@ -200,7 +200,7 @@ def plot_limit_cycle(series: Sequence[Tuple[str, np.ndarray, np.ndarray]], title
     time = label("time", f"s; an iteration lasts {tau:g} s")
     decorate(left, f"Moving average over {window} iterations", time,
              label("completions", "per iteration"), outside=False)
-    decorate(right, f"Zoom: cumulative completions from t = {zoom[0]:g} s", time,
+    decorate(right, f"Cumulative completions from t = {zoom[0]:g} s (zoom)", time,
              label("completions since the zoom's start", "requests"), outside=False)
     suptitle(fig, title)
     return fig

@@ -7,17 +7,38 @@ each panel with :func:`decorate` (title, axis labels with units, grid,
 legend) and draws reference lines (kmax, capacity, baselines) with
 :func:`reference_hline` / :func:`reference_vline`: light, dashed and *under*
 the data, so a run that sits exactly on its limit stays visible.
+
+Titles, one rule for every figure.  A title is one short line that says what
+the figure shows.  What it was run on (rates, sizes, seeds) is not the
+title: a caller that wants it shown passes ``"headline: details"`` (or
+``"headline\ndetails"``), :func:`split_title` cuts at the first ``": "`` or
+line break, and the details go on a line of their own under the headline in
+a smaller grey font (:data:`DETAILS_SIZE`), wrapped only when they do not fit
+the width; nothing is cut off.  Line breaks inside the details (a caller's
+``textwrap.fill``) are spaces.  The same rule holds for a panel's title
+(:func:`decorate`) and a figure's title over several panels
+(:func:`suptitle`); a figure function's own panel titles are one line
+without details.  What a line, band or marker means goes into the legend.
+
+Reference lines of one panel must be told apart: each gets its own colour
+or line style (``style`` of :func:`reference_hline`) and a legend text that
+says what it is and its value.  A log axis is labelled in plain numbers
+(:func:`log_axis`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import matplotlib.pyplot as plt
 from matplotlib.animation import Animation
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from llmqueue.common import files
 
@@ -33,6 +54,18 @@ DPI = 120
 GIF_DPI = 80
 GRID_ALPHA = 0.3
 LEGEND_SIZE = 9
+#: Font sizes (points) of a figure's title over its panels, of a panel's title
+#: and of the details line under either (see :func:`split_title`).
+TITLE_SIZE = 12
+PANEL_TITLE_SIZE = 11
+DETAILS_SIZE = 9
+DETAILS_COLOUR = "0.35"
+#: The mean width of a character as a share of the font size: where the
+#: details line wraps (generous, so that a wrapped line fits).
+CHAR_WIDTH = 0.56
+#: A log axis whose data span more decades than this is labelled at the powers
+#: of ten only; a narrower one at 1, 2 and 5 of each decade.
+FEW_DECADES = 3.0
 #: A legend with more entries than this goes outside the axes, right of them.
 MANY_ENTRIES = 5
 #: Metadata left out of saved files, by format: what would tie a file's bytes to
@@ -92,7 +125,7 @@ def decorate(ax: Axes, title: Optional[str], xlabel: Optional[str], ylabel: Opti
     leaves a text as it is, ``grid="both"`` grids minor ticks too and
     ``grid=None`` draws none (images)."""
     if title is not None:
-        ax.set_title(title, fontsize=11)
+        title_panel(ax, title)
     if xlabel is not None:
         ax.set_xlabel(xlabel)
     if ylabel is not None:
@@ -105,19 +138,21 @@ def decorate(ax: Axes, title: Optional[str], xlabel: Optional[str], ylabel: Opti
 
 
 def place_legend(ax: Axes, outside: Optional[bool] = None, loc: LegendLocType = "best",
-                 also: Sequence[Axes] = ()) -> None:
+                 also: Sequence[Axes] = (), first: Sequence[str] = ()) -> None:
     """A legend that does not cover the data: where the data leaves room
     (``loc="best"``) when it has few entries, else outside the axes on their
     right; ``outside`` forces one or the other, ``loc`` fixes the place inside
     (for animations, whose data moves).  The entries of the axes ``also`` join
-    those of ``ax`` (once per label).  No legend without labels."""
+    those of ``ax`` (once per label); those labelled ``first`` lead, in that
+    order.  No legend without labels."""
     entries: Dict[str, Any] = {}
     for each in [ax, *also]:
         for handle, text in zip(*each.get_legend_handles_labels()):
             entries.setdefault(text, handle)
     if not entries:
         return
-    handles, labels = list(entries.values()), list(entries)
+    labels = [t for t in first if t in entries] + [t for t in entries if t not in first]
+    handles = [entries[t] for t in labels]
     if outside is None:
         outside = len(handles) > MANY_ENTRIES
     if outside:
@@ -138,10 +173,102 @@ def room_for_legend(ax: Axes, peak: float, entries: int) -> None:
         ax.set_yticks(ticks)
 
 
+def split_title(text: str) -> Tuple[str, str]:
+    """A title's headline and details: ``text`` cut at its first ``": "`` or
+    line break, whichever comes first (no details without either), each part
+    with its runs of white space made one space."""
+    text = text.strip()
+    cuts = [(i, width) for i, width in ((text.find(": "), 2), (text.find("\n"), 1)) if i > 0]
+    if not cuts:
+        return " ".join(text.split()), ""
+    at, width = min(cuts)
+    return " ".join(text[:at].split()), " ".join(text[at + width:].split())
+
+
+def _wrapped(details: str, inches: float) -> Tuple[str, int]:
+    """``details`` wrapped to lines that fit ``inches`` at :data:`DETAILS_SIZE`,
+    and how many lines that makes."""
+    chars = max(30, int(inches * 72 / (CHAR_WIDTH * DETAILS_SIZE)))
+    lines = textwrap.wrap(details, chars, break_on_hyphens=False) or [""]
+    return "\n".join(lines), len(lines)
+
+
+def _details_artist(owner: Union[Figure, Axes]) -> Optional[Annotation]:
+    """The details line drawn earlier under ``owner``'s title, if any."""
+    texts = owner.texts if isinstance(owner, Axes) else owner.artists
+    return next((t for t in texts if isinstance(t, Annotation) and t.get_gid() == _DETAILS),
+                None)
+
+
+_DETAILS = "llmqueue-title-details"
+
+
+def title_panel(ax: Axes, text: str, size: float = PANEL_TITLE_SIZE) -> None:
+    """``ax``'s title by the rule of :func:`split_title`: the headline as the
+    title and the details, if any, on a smaller grey line between it and the
+    panel (drawing it again replaces both)."""
+    head, details = split_title(text)
+    old = _details_artist(ax)
+    if old is not None:
+        old.remove()
+    pad = float(plt.rcParams["axes.titlepad"])
+    if not details:
+        ax.set_title(head, fontsize=size, pad=pad)
+        return
+    width = ax.get_position().width * ax.figure.figure.get_figwidth()  # the root figure's
+    lines, count = _wrapped(details, width)
+    ax.set_title(head, fontsize=size, pad=pad + 1.25 * DETAILS_SIZE * count + 2)
+    ax.annotate(lines, xy=(0.5, 1.0), xycoords="axes fraction", xytext=(0, pad),
+                textcoords="offset points", ha="center", va="bottom", fontsize=DETAILS_SIZE,
+                color=DETAILS_COLOUR, annotation_clip=False, gid=_DETAILS)
+
+
 def suptitle(fig: Figure, text: Optional[str]) -> None:
-    """The title over all panels of ``fig`` (nothing when ``text`` is empty)."""
-    if text:
-        fig.suptitle(text, fontsize=12)
+    """The title over all panels of ``fig`` by the rule of :func:`split_title`:
+    the headline, and the details (if any) on a smaller grey line under it
+    (nothing when ``text`` is empty)."""
+    if not text:
+        return
+    head, details = split_title(text)
+    old = _details_artist(fig)
+    if old is not None:
+        old.remove()
+    if not details:
+        fig.suptitle(head, fontsize=TITLE_SIZE)
+        return
+    lines, count = _wrapped(details, fig.get_figwidth())
+    # blank lines under the headline hold the details: the layout leaves room for them
+    blank = math.ceil(count * DETAILS_SIZE / TITLE_SIZE)
+    top = fig.suptitle(head + "\n" * blank, fontsize=TITLE_SIZE, linespacing=1.15)
+    fig.add_artist(Annotation(lines, xy=(0.5, 0.0), xycoords=top, xytext=(0, 1),
+                              textcoords="offset points", ha="center", va="bottom",
+                              fontsize=DETAILS_SIZE, color=DETAILS_COLOUR, gid=_DETAILS))
+
+
+def log_axis(ax: Axes, which: Literal["x", "y"] = "x") -> None:
+    """Put ``ax``'s ``which`` axis on a log scale labelled in plain numbers
+    (0.05, 0.1, 0.2 ...; powers of ten as ``10^k`` from 10^5): ticks at 1, 2 and
+    5 of each decade when the data span at most :data:`FEW_DECADES` decades,
+    else at the powers of ten only; no labels on the minor ticks.  Call it
+    after drawing the data."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    lo, hi = sorted(axis.get_data_interval())
+    wide = not (lo > 0 and math.isfinite(hi)) or math.log10(hi / lo) > FEW_DECADES
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(plain))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def plain(value: float, _: Any = None) -> str:
+    """A log axis's tick label: the number as written from 0.001 to 10000,
+    else a power of ten as ``10^k``."""
+    if value <= 0:
+        return ""
+    if 1e-3 <= value < 1e5:
+        return f"{value:g}"
+    power = math.log10(value)
+    return f"$10^{{{round(power)}}}$" if abs(power - round(power)) < 1e-9 else f"{value:.0e}"
 
 
 def reference_hline(ax: Axes, y: float, text: str, **style: Any) -> None:

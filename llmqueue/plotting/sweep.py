@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from llmqueue.common import limits
 from llmqueue.common.params import Param
-from llmqueue.plotting.style import REFERENCE_ZORDER, decorate, figure_for, label
+from llmqueue.plotting.style import LEGEND_SIZE, REFERENCE_ZORDER, decorate, figure_for, label
 from llmqueue.sweeps.runner import Row, figure_columns, point_columns, summarize, varying
 
 #: Units of the summary figures, by name part (the first that matches).
@@ -104,7 +104,8 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, hue: Optional[str] = None,
     95% confidence band (clipped at zero unless ``y`` is a slope, which may be
     negative), one line per value of ``hue`` and of every other grid key that
     varies; ``theory`` is an ``(xs, ys, label)`` curve drawn dashed beside
-    them.  Draws into ``ax`` when given; returns the figure."""
+    them.  The legend's title says what the points and bands are.  Draws
+    into ``ax`` when given; returns the figure."""
     check_columns(rows, [x] + ([hue] if hue else []), y)
     points = summarize(rows)
     keys = varying(points, skip=[x])
@@ -138,8 +139,12 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, hue: Optional[str] = None,
     seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
     if floor == 0.0:
         ax.set_ylim(bottom=0)
-    decorate(ax, title or f"{figure_label(y).split(' (')[0]} against {x}: mean over {seeds} "
-             "seeds, 95% confidence band", key_label(x, params), figure_label(y))
+    decorate(ax, title or f"{_headline(y)} against {x}",
+             key_label(x, params), figure_label(y))
+    legend = ax.get_legend()
+    if legend is not None:  # what the points and the bands are, over every entry
+        legend.set_title(f"mean over {seeds} seeds; shaded: 95% confidence band")
+        legend.get_title().set_fontsize(LEGEND_SIZE)
     return fig
 
 
@@ -180,11 +185,17 @@ def plot_heat(rows: Sequence[Row], x: str, x2: str, y: str, title: Optional[str]
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
     ax.set_yticks(range(len(lines)), [str(v) for v in lines])
     n = sorted({p["n"] for p in points})
-    decorate(ax, title or f"{figure_label(y).split(' (')[0]}: mean over {n[-1]} seeds +- 95% "
+    decorate(ax, title or f"{_headline(y)}: mean over {n[-1]} seeds +- 95% "
              "confidence half-width", key_label(x, params), key_label(x2, params), legend=False,
              grid=None)
     fig.colorbar(image, ax=ax, label=figure_label(y))
     return fig
+
+
+def _headline(y: str) -> str:
+    """A figure's name in words, capitalized, for a default title."""
+    text = figure_label(y).split(" (")[0]
+    return text[:1].upper() + text[1:]
 
 
 def default_path(csv_path: str, y: str) -> str:

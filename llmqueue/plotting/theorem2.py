@@ -1,4 +1,4 @@
-"""The figure of Theorem 2 (SPEC 6.2): backlogs below and above capacity, and
+"""The figure of Theorem 2 (docs/model.md §9.2): backlogs below and above capacity, and
 the measured backlog slope against the load beside the fluid rate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scheduling policies (SPEC section 3): pure rules from residents and a budget to a batch.
+"""Scheduling policies (docs/model.md §3): pure rules from residents and a budget to a batch.
 
 Each policy is a callable ``policy(view, budget) -> Plan``.  The four paper
 policies walk the residents in admission order:
@@ -77,7 +77,7 @@ class Policy:
     #: KV cache the engine's gate then charges the budget in that order.
     prefill_first: bool = False
     #: Whether the engine charges its batches against ``bmax`` (WAIT does not:
-    #: its batches are gated with an unlimited budget, SPEC 7.5).
+    #: its batches are gated with an unlimited budget, docs/model.md §6.5).
     budgeted: bool = True
     #: Whether it runs only on an engine with a KV cache (WAIT's quotas are memory's).
     needs_kv: bool = False
@@ -118,7 +118,7 @@ class Sarathi(Policy):
     """Decodes first, then prefill chunks fill the rest (Sarathi-Serve).
 
     ``chunk`` optionally caps the prefill tokens of one iteration below the
-    budget (SPEC 6.6: the chunk bounds prefill only; decodes ride along).
+    budget (docs/model.md §9.6: the chunk bounds prefill only; decodes ride along).
     """
 
     name = "sarathi"
@@ -186,7 +186,7 @@ class StepFill(Policy):
 
     With the pool full no further request can be admitted, so prefill beyond
     the decodes' step cannot add a decoder: it only lengthens the iteration for
-    every decoder, which does not pay (SPEC 6.5).  At point C with bmax = 1024
+    every decoder, which does not pay (docs/model.md §9.5).  At point C with bmax = 1024
     this rule keeps the stable 29 + 99 shape that Sarathi-1024 abandons; with
     free slots (or no kmax) it is Sarathi.  Under :class:`ClassPriority` the
     rule applies to each class's share in turn (the pool is the whole engine's).
@@ -249,7 +249,7 @@ def _last_within(time: Callable[[int], float], start: int, stop: int) -> int:
 
 class WholePrefill(Policy):
     """One resident's whole remaining prefill alone while any has prefill left,
-    else decodes (SPEC 6.6 baseline).
+    else decodes (docs/model.md §9.6 baseline).
 
     The first prefilling resident in admission order runs its remaining prompt
     in one iteration, with no decode riding along; when no prompt is left, every
@@ -326,12 +326,15 @@ class ClassPriority(Policy):
             for r in getattr(view, attr):
                 group = groups.setdefault(self._rank(r.klass), SimpleView([], [], whole))
                 getattr(group, attr).append(r)
-        decode: List[Request] = []
+        share = getattr(view, "part", None)  # an engine's view: its shares keep the time, the
+        decode: List[Request] = []  # waiting line and the memory (EngineView.part)
         prefill: List[Tuple[Request, int]] = []
         for rank in sorted(groups):
             if budget <= 0:
                 break
-            part = self.inner(groups[rank], budget)
+            group = groups[rank]
+            part = self.inner(group if share is None else
+                              share(group.decoding, group.prefilling, whole), budget)
             decode.extend(part.decode)
             prefill.extend(part.prefill)
             budget -= part.tokens

@@ -1,4 +1,4 @@
-"""WAIT and Nested WAIT (SPEC 7.5): fixed stage quotas that keep the KV cache
+"""WAIT and Nested WAIT (docs/model.md §6.5): fixed stage quotas that keep the KV cache
 at its fixed point, so memory never overflows.
 
 At each decision point (an iteration boundary, or an arrival while idle),
@@ -30,7 +30,7 @@ only the tokens decoded so far, never the output length.  A request that
 outlives ``l_K`` decodes on without pausing.  Quotas come from
 :func:`llmqueue.theory.wait.nested_wait_quotas`.
 
-Decisions where SPEC 7.5 is silent:
+Decisions where docs/model.md §6.5 is silent:
 
 * WAIT ignores the token budget (``budgeted = False``): prompts are whole and
   the engine gates WAIT's batches with an unlimited budget, whatever
@@ -44,8 +44,8 @@ Decisions where SPEC 7.5 is silent:
   arrived prefilled, ``Engine.call(prefilled=True)``) starts with its first
   decode, counted as one of its type's ``n_j``; a group starts first come,
   first served (``starts_fcfs``): the gate walks its members by order key and
-  the first that fails its memory check stops the rest (SPEC 7.3 step 3);
-* a preemption under WAIT is the quotas' fault (SPEC 7.5): the run reports
+  the first that fails its memory check stops the rest (docs/model.md §6.3 step 3);
+* a preemption under WAIT is the quotas' fault (docs/model.md §6.5): the run reports
   it as ``threshold_error``.
 """
 
@@ -98,7 +98,7 @@ def _stages(lengths: object, stages: object) -> Tuple[List[int], List[int]]:
 
 
 class Wait(Policy):
-    """WAIT: start whole prompts in groups of fixed quotas (SPEC 7.5).
+    """WAIT: start whole prompts in groups of fixed quotas (docs/model.md §6.5).
 
     ``n`` is one quota (all residents one type) or ``{type: n_j}`` with types
     from ``classify(request)`` (default :func:`by_size`, ``(vp, vd)``);

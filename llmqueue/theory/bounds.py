@@ -1,10 +1,10 @@
 """Analytic bounds on any SLO-feasible rate, computed before any simulation
-(SPEC 8.6).  Each is a necessary condition: no engine runs faster.
+(docs/model.md §7.6).  Each is a necessary condition: no engine runs faster.
 
 * :func:`token_bound`: ``lambda_tok``, the token bound.  For models of the batch
   size alone (:func:`~llmqueue.theory.shapes.by_batch_size`) it is Theorem 2
   exactly, ``bmax / t(bmax) / (m_p + m_d)``; for others (context models such
-  as the roofline, models of the split such as SPEC 4's step model) the
+  as the roofline, models of the split such as docs/model.md §4's step model) the
   largest rate a time-share of batch shapes ``(p, d)`` at the mean contexts
   can serve, and ``lambda_mix``, the rate of the one full shape at the
   workload's own mix;
@@ -33,7 +33,7 @@ from llmqueue.theory.shapes import MIX_TOKENS, MeanContext, by_batch_size, mix_d
 from llmqueue.theory.region import convex_hull
 from llmqueue.theory.slo import SLO, RequestLatency, Unloaded, attainment
 
-#: Full shapes on the grid of the token bound's LP (SPEC 8.6: 65 is enough).
+#: Full shapes on the grid of the token bound's LP (docs/model.md §7.6: 65 is enough).
 GRID = 65
 
 
@@ -85,7 +85,7 @@ def _lp(rates: np.ndarray, mean_prefill: float, mean_decode: float) -> float:
 
 def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_decode: float,
                 kmax: Optional[int] = None, mean_prompt: Optional[float] = None) -> TokenBound:
-    """SPEC 8.6's token bound of an engine of budget ``bmax`` tokens (``kmax``
+    """docs/model.md §7.6's token bound of an engine of budget ``bmax`` tokens (``kmax``
     decoding slots, ``None`` = unlimited) for requests of mean ``mean_prefill``
     prompt and ``mean_decode`` output tokens.
 
@@ -94,7 +94,7 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     of them evenly spaced in ``d`` plus the mix shape, and for each such ``d``
     the shorter shapes of ``GRID`` prompts evenly spaced in ``0 .. bmax - d``,
     each priced at the mean contexts (:class:`MeanContext`).  ``lambda_tok``
-    is the LP of :func:`_lp` over the vertices of their convex hull.  SPEC 8.6
+    is the LP of :func:`_lp` over the vertices of their convex hull.  docs/model.md §7.6
     takes full shapes only, which is no bound when ``kmax`` caps the decodes:
     then a full batch is mostly prefill and slow, and time shared with
     batches of decodes alone serves more (Llama-3-8B on an H100, ``bmax``
@@ -105,7 +105,7 @@ def token_bound(latency: LatencyModel, bmax: int, mean_prefill: float, mean_deco
     (32.38 against 31.63).  The mix shape has ``d`` of :func:`mix_decode` (for
     other models at most ``kmax``; models of the batch size alone ignore
     ``kmax``, as Theorem 2 does: slots are :func:`slot_bound`'s part) and
-    ``lambda_mix = min(p / m_p, d / m_d) / t_mix``, which is SPEC E8.4's
+    ``lambda_mix = min(p / m_p, d / m_d) / t_mix``, which is docs/model.md §7.10, E8.4's
     ``bmax / t_mix / (m_p + m_d)`` up to rounding ``d`` to whole tokens.
     Other models price shapes of at most
     :data:`~llmqueue.theory.shapes.MIX_TOKENS` tokens: a larger batch costs
@@ -189,12 +189,12 @@ def memory_bound(capacity_tokens: int, t1: float, prefill_law: SizeLike,
 
 
 def unloaded_latency(latency: LatencyModel, bmax: int, vp: int, vd: int) -> Unloaded:
-    """A request's latencies on an empty engine (SPEC 8.6), in seconds.
+    """A request's latencies on an empty engine (docs/model.md §7.6), in seconds.
 
     TTFT: its prompt in chunks of ``bmax`` (chunk ``i`` after ``i bmax`` cached
     tokens), alone, then one decode iteration at context ``vp``.  TPOT: one
     decode iteration at context ``vp + vd/2`` (the mean of its later tokens'
-    contexts ``vp + 1 .. vp + vd - 1``).  Beyond SPEC 8.6, for gating TBT and
+    contexts ``vp + 1 .. vp + vd - 1``).  Beyond docs/model.md §7.6, for gating TBT and
     E2E: ``tbt_max`` is its last decode iteration (context ``vp + vd - 1``; times
     grow with context) and ``e2e = ttft + (vd - 1) tpot``.  ``tpot`` and
     ``tbt_max`` are ``None`` at ``vd = 1``.
@@ -228,7 +228,7 @@ def zero_load(latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_la
     (seeded by ``seed``) whose :func:`unloaded_latency` meets ``slo`` (scheduling
     delay 0).  Below the target, ``slo`` is infeasible at every rate.  A request
     ``(vp, vd)`` with ``fits(vp, vd)`` false is never served (it can never fit
-    the KV cache: SPEC 7.1 ignores it) and misses the SLO."""
+    the KV cache: docs/model.md §6.1 ignores it) and misses the SLO."""
     if not isinstance(slo, SLO):
         raise ValueError(f"slo must be an SLO, got {slo!r}")
     validation.positive_int("bmax", bmax)
@@ -248,7 +248,7 @@ def zero_load(latency: LatencyModel, bmax: int, prefill_law: SizeLike, decode_la
 
 @dataclass(frozen=True)
 class Bounds:
-    """SPEC 8.6's bounds of one configuration (requests/s; ``None`` = not
+    """docs/model.md §7.6's bounds of one configuration (requests/s; ``None`` = not
     computed: no ``kmax``, no KV capacity, no SLO)."""
 
     lambda_tok: float

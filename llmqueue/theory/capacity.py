@@ -1,4 +1,4 @@
-"""Capacity and stability in closed form (SPEC 3 and 6.2, the paper's Theorem 2).
+"""Capacity and stability in closed form (docs/model.md §3 and §9.2, the paper's Theorem 2).
 
 An engine with token budget ``bmax`` whose batches of ``b`` tokens last ``t_b``
 seconds:
@@ -9,7 +9,7 @@ seconds:
   above it the backlog grows at the **fluid slope**
   ``lambda * (m_p + m_d) - bmax / t_bmax`` tokens per second;
 * no policy at all serves faster than the **peak token rate**
-  ``max over b <= bmax of b / t_b``.  SPEC 6.2 says ``bmax / t_bmax`` is that
+  ``max over b <= bmax of b / t_b``.  docs/model.md §9.2 says ``bmax / t_bmax`` is that
   bound, which holds when the best batch is the full one (on the staircase:
   when ``bmax`` is a multiple of ``b0``).  Otherwise a smaller batch can be
   faster per token: with ``b0 = 128, bmax = 200``, ``128 / t_128 > 200 / t_200``.
@@ -17,8 +17,8 @@ seconds:
 Every function takes any latency model (``llmqueue.models.latency.tokens_time``
 prices a batch of ``b`` tokens); those that know the workload's mean sizes
 read a context model (the roofline) at its mean contexts
-(:mod:`~llmqueue.theory.shapes`: the full batch at the workload's mix, SPEC
-E8.4's ``t_mix``), which makes their figures approximate.
+(:mod:`~llmqueue.theory.shapes`: the full batch at the workload's mix,
+docs/model.md §7.10, E8.4's ``t_mix``), which makes their figures approximate.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def lambda_star(bmax: int, mean_prefill: float, mean_decode: float,
     (a context model at the workload's mean contexts: :func:`_workload_capacity`).
 
     Examples:
-        Point C (SPEC 6.1): 128 tokens per 0.04675 s over 290 + 990 tokens, i.e.
+        Point C (docs/model.md §9.1): 128 tokens per 0.04675 s over 290 + 990 tokens, i.e.
         one request every 0.4675 s.
 
         >>> round(lambda_star(128, 290, 990), 3)
@@ -109,7 +109,7 @@ def fluid_slope(rate: float, bmax: int, mean_prefill: float, mean_decode: float,
 def _workload_capacity(bmax: int, mean_prefill: float, mean_decode: float,
                        latency: Optional[LatencyModel]) -> float:
     """:func:`token_capacity` for requests of these mean sizes: a model not of
-    the batch size alone (the roofline, SPEC 4's step model) read at their mix
+    the batch size alone (the roofline, docs/model.md §4's step model) read at their mix
     and mean contexts (:func:`~llmqueue.theory.shapes.at_mean_context`,
     approximate), any other exactly."""
     return token_capacity(bmax, at_mean_context(latency, mean_prefill, mean_decode))
@@ -122,13 +122,13 @@ def _tokens_per_request(mean_prefill: float, mean_decode: float) -> float:
 
 
 def batch_demand(prefill_left: Iterable[int], decoding: int) -> int:
-    """SPEC 3's demand: the residents' remaining prefill plus one token for
+    """docs/model.md §3's demand: the residents' remaining prefill plus one token for
     each resident that is decoding."""
     return sum(prefill_left) + decoding
 
 
 def is_work_conserving(batch_tokens: int, demand: int, bmax: int) -> bool:
-    """SPEC 3 (the paper's (8)-(9)): a batch is work-conserving when its size
+    """docs/model.md §3 (the paper's (8)-(9)): a batch is work-conserving when its size
     is ``min(bmax, demand)``."""
     validation.nonnegative_int("batch_tokens", batch_tokens)
     validation.nonnegative_int("demand", demand)

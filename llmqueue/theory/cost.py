@@ -1,4 +1,4 @@
-"""What serving costs (SPEC 8.8, item 3): dollars per hour and per million tokens.
+"""What serving costs (docs/model.md §7.8, item 3): dollars per hour and per million tokens.
 
 With ``K`` engines of ``tp`` GPUs each at ``price`` dollars per GPU-hour serving
 ``rate`` requests per second of mean ``m_p`` prompt and ``m_d`` output tokens,

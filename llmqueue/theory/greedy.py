@@ -1,4 +1,4 @@
-"""Greedy admission under KV memory in closed form (SPEC 7.8.3 and 7.8.4).
+"""Greedy admission under KV memory in closed form (docs/model.md §6.8.3 and §6.8.4).
 
 A greedy scheduler (``sarathi`` with lazy admission, as vLLM v1) starts every
 waiting prompt that fits.  Two of its regimes have simple closed forms for
@@ -46,7 +46,7 @@ def fluid_point(rate: float, vp: int, vd: int, latency: Staircase) -> FluidPoint
     ``vp`` + ``vd`` tokens with whole prompts, on the linear envelope
     ``c + (a / b0) b`` of ``latency`` (s per iteration of ``b`` tokens):
     ``n = rate c / (1 - rate (a / b0) (vp + vd))`` starts per iteration
-    (SPEC 7.8.3; 3.265 at 95 req/s with c = 0.02 s, a = 2e-5 s, b0 = 1,
+    (docs/model.md §6.8.3; 3.265 at 95 req/s with c = 0.02 s, a = 2e-5 s, b0 = 1,
     (20, 200) tokens).  The KV it holds ignores the cache size: compare it with
     ``M`` to see whether the point fits.  A rate the compute cannot serve
     (``rate (a / b0) (vp + vd) >= 1``) is a ``ValueError``."""
@@ -69,7 +69,7 @@ def fluid_point(rate: float, vp: int, vd: int, latency: Staircase) -> FluidPoint
 def limit_cycle_rate(M: int, vp: int, vd: int) -> float:
     """Greedy admission's completions per iteration in the worst-case limit
     cycle (restart from scratch, constant iteration time, saturated):
-    ``M / ((vd + 1) (vp + vd))`` (SPEC 7.8.4; 2.261 for M = 100,000 and
+    ``M / ((vd + 1) (vp + vd))`` (docs/model.md §6.8.4; 2.261 for M = 100,000 and
     (20, 200) tokens, against the fixed point ``M / g`` = 4.146)."""
     validation.positive_int("M", M)
     validation.token_count("vp", vp)

@@ -1,5 +1,5 @@
 """A log-binned histogram of inter-token gaps, for TBT quantiles over tokens
-(SPEC 8.5; Sarathi-Serve reports the P99 of every gap between two consecutive
+(docs/model.md §7.5; Sarathi-Serve reports the P99 of every gap between two consecutive
 decode tokens).
 
 Bin ``k`` holds the gaps in ``[r**k, r**(k + 1))`` seconds with ``r = 1.01``

@@ -1,4 +1,4 @@
-"""KV-cache memory in closed form (SPEC 7.1, 7.5 and 7.6).
+"""KV-cache memory in closed form (docs/model.md §6.1, §6.5 and §6.6).
 
 A request of ``vp`` prompt and ``vd`` decode tokens holds ``vp`` KV tokens
 after its prefill and one more after each decode, so over its life it holds
@@ -12,7 +12,7 @@ at most ``M / E[g]`` requests per iteration, which gives
   (``kmax``) capacities, and which of them binds;
 * WAIT's stage quotas ``n_j`` (``wait_thresholds``), Nested WAIT's
   (``nested_wait_quotas``) and WAIT's capacity ``lambda_wait``;
-* the sizing helpers of 7.1: KV bytes per token and the tokens a GPU holds.
+* the sizing helpers of docs/model.md §6.1: KV bytes per token and the tokens a GPU holds.
 
 Every function is pure, takes tokens, seconds and bytes, and raises
 :class:`ValueError` naming the parameter when an argument is out of range.
@@ -36,7 +36,7 @@ from llmqueue.theory.shapes import MeanContext, at_mean_context
 
 
 def kv_area(vp: int, vd: int, chunk: Optional[int] = None) -> float:
-    """Memory area ``g`` of one request, in token-iterations (SPEC 7.6).
+    """Memory area ``g`` of one request, in token-iterations (docs/model.md §6.6).
 
     Whole prompt (``chunk=None``): ``(vd + 1) vp + vd (vd + 1) / 2``.  With
     prefill chunks of ``chunk`` tokens, Nie et al.'s closed form
@@ -44,7 +44,7 @@ def kv_area(vp: int, vd: int, chunk: Optional[int] = None) -> float:
     divides ``vp``).
 
     Examples:
-        SPEC 7.8.3's request: 201 x 20 + 200 x 201 / 2 = 4020 + 20100.
+        docs/model.md §6.8.3's request: 201 x 20 + 200 x 201 / 2 = 4020 + 20100.
 
         >>> kv_area(20, 200)
         24120
@@ -59,7 +59,7 @@ def kv_area(vp: int, vd: int, chunk: Optional[int] = None) -> float:
 
 def kv_area_min(vp: int, vd: int, chunk: int) -> int:
     """Smallest memory area with chunks of ``chunk`` tokens, the remainder
-    chunk first (SPEC 7.6's ``g_min``), in token-iterations.
+    chunk first (docs/model.md §6.6's ``g_min``), in token-iterations.
 
     Prefill part ``q r + chunk q (q - 1) / 2`` with ``q = ceil(vp / chunk)``
     and ``r = vp - (q - 1) chunk``; decode part ``vd vp + vd (vd + 1) / 2``.
@@ -81,7 +81,7 @@ def ceil_sum(n: int, block: int) -> int:
 
 
 def kv_area_blocks(vp: int, vd: int, block_size: int) -> int:
-    """Whole-prompt memory area counted in blocks (SPEC 7.5), in tokens x
+    """Whole-prompt memory area counted in blocks (docs/model.md §6.5), in tokens x
     iterations: ``sum over k = 0..vd of ceil((vp + k) / B) B``, the KV the
     request holds in each of its ``vd + 1`` iterations rounded up to whole
     blocks of ``B = block_size`` tokens.  ``block_size=1`` gives ``kv_area``.
@@ -127,7 +127,7 @@ def law_kv_area(prefill: SizeLike, decode: SizeLike, chunk: Optional[int] = None
 
 
 def mu_mem(M: float, mean_g: float, b_bar: float) -> float:
-    """Memory capacity ``M / (b_bar E[g])`` in requests/s (SPEC 7.6).
+    """Memory capacity ``M / (b_bar E[g])`` in requests/s (docs/model.md §6.6).
 
     ``M`` KV capacity (tokens), ``mean_g`` = ``E[g]`` (token-iterations),
     ``b_bar`` mean iteration time (s).
@@ -183,7 +183,7 @@ def envelope_time(latency: LatencyModel, tokens: float) -> float:
 
 def lambda_kmax(kmax: int, t_bar: float, mean_iterations: float) -> float:
     """Slot capacity ``kmax / (t_bar E[ceil(vp/chunk) + vd])`` in requests/s
-    (SPEC 7.6): each request holds one of ``kmax`` slots for
+    (docs/model.md §6.6): each request holds one of ``kmax`` slots for
     ``mean_iterations`` iterations of ``t_bar`` seconds (whole prompts:
     ``1 + E[vd]``)."""
     validation.positive_int("kmax", kmax)
@@ -205,7 +205,7 @@ def slot_capacity(kmax: int, mean_prefill: float, mean_decode: float,
     carrying ``lambda T m`` tokens both give a lower bound on ``T``, so
     ``lambda <= kmax / (t_bar E[iters])``.  Pricing by the envelope alone
     left out the staircase's step: with a few slots, 2-4 times the rate the
-    runs saturate at (within 2% of SPEC 8.6's ``kmax / (t_1 m_d)``).
+    runs saturate at (within 2% of docs/model.md §7.6's ``kmax / (t_1 m_d)``).
 
     Examples:
         Point C (290 + 990 tokens, chunks of 128: 3 + 990 iterations) with 4
@@ -254,7 +254,7 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
                  bmax: int, latency: Optional[LatencyModel] = None, *,
                  kmax: Optional[int] = None,
                  mean_iterations: Optional[float] = None) -> JointCapacity:
-    """Joint compute / memory / slot capacity of one engine (SPEC 7.6).
+    """Joint compute / memory / slot capacity of one engine (docs/model.md §6.6).
 
     ``M`` KV capacity (tokens); ``mean_prefill``, ``mean_decode`` mean tokens
     per request; ``mean_g`` = ``E[g]`` (token-iterations); ``bmax`` token
@@ -282,7 +282,7 @@ def lambda_joint(M: float, mean_prefill: float, mean_decode: float, mean_g: floa
     call memory binding below the compute capacity.
 
     Examples:
-        SPEC 7.8.3: ``(vp, vd) = (20, 200)``, ``M = 100,000``, ``t = 0.02 + 2e-5 b``;
+        docs/model.md §6.8.3: ``(vp, vd) = (20, 200)``, ``M = 100,000``, ``t = 0.02 + 2e-5 b``;
         ``b* = 912.1`` tokens and memory binds at 108.41 req/s.
 
         >>> from llmqueue.models import Linear
@@ -336,7 +336,7 @@ def mu_mix(rates: Sequence[float], weights: Sequence[float]) -> float:
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
     """Bytes of KV cache per token, ``2 layers kv_heads head_dim dtype_bytes``
-    (a key and a value per layer and KV head; SPEC 7.1).
+    (a key and a value per layer and KV head; docs/model.md §6.1).
 
     Examples:
         CodeLlama-34B: 48 layers, 8 KV heads of 128, BF16: 2 x 48 x 8 x 128 x 2.
@@ -354,7 +354,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
 def kv_capacity_tokens(gpu_bytes: float, weights_bytes: float, activation_bytes: float,
                        bytes_per_token: float, utilization: float = 0.90,
                        block_size: int = 16) -> int:
-    """KV tokens a GPU holds, in whole blocks (SPEC 7.1):
+    """KV tokens a GPU holds, in whole blocks (docs/model.md §6.1):
     ``B floor((utilization gpu_bytes - weights_bytes - activation_bytes) /
     (bytes_per_token B))`` with ``B = block_size``.  All sizes in bytes;
     ``utilization`` in (0, 1].  Fewer than one block left is an error ("does

@@ -1,4 +1,4 @@
-"""Prefix caching in closed form (SPEC 10.4): no simulation.
+"""Prefix caching in closed form (docs/model.md §8.4): no simulation.
 
 A request may carry ``blocks``, content ids of its prompt, one per ``H``
 tokens (``H`` the **hash block**): equal i-th ids mean equal first
@@ -34,7 +34,7 @@ import numpy as np
 
 from llmqueue.common import validation
 from llmqueue.models.latency import LatencyModel
-# SPEC 10.4's Zipf shares live with the workloads that draw them; re-exported here
+# docs/model.md §8.4's Zipf shares live with the workloads that draw them; re-exported here
 from llmqueue.models.prefixes import zipf_popularity as zipf_popularity
 from llmqueue.models.sizes import SizeLaw
 from llmqueue.theory.capacity import lambda_star
@@ -93,7 +93,7 @@ def _hits(requests: Iterable[Any], hash_block: int) -> Iterator[Tuple[int, int]]
 
 
 def ideal_hits(requests: Iterable[Any], hash_block: int) -> List[int]:
-    """Each request's ideal hit, in tokens (SPEC 10.4).
+    """Each request's ideal hit, in tokens (docs/model.md §8.4).
 
     ``requests`` are read once, in arrival order (a time earlier than the
     previous one is an error); each has ``time`` (s), ``prefill`` (``vp``
@@ -124,7 +124,7 @@ def ideal_hit_ratio(requests: Iterable[Any], hash_block: int) -> float:
     """Sum of :func:`ideal_hits` over sum of prompt tokens (0 when there are
     none): the hit ratio of an unlimited cache on an engine that finishes
     every request before the next arrival instant; a simulation never
-    exceeds it on first starts (SPEC 10.4).  One pass; memory of the
+    exceeds it on first starts (docs/model.md §8.4).  One pass; memory of the
     distinct ids only.
 
     Examples:
@@ -147,7 +147,7 @@ def ideal_hit_ratio(requests: Iterable[Any], hash_block: int) -> float:
 
 @dataclass(frozen=True)
 class Che:
-    """Che's approximation of an LRU prefix cache (SPEC 10.4)."""
+    """Che's approximation of an LRU prefix cache (docs/model.md §8.4)."""
 
     time: float
     """The characteristic time ``T`` (s): a block unused for ``T`` is evicted
@@ -227,7 +227,7 @@ def che_characteristic_time(rate: float, popularity: Sequence[float],
                             shared_blocks: Union[float, Sequence[float]],
                             unique_blocks_mean: float, capacity_blocks: float) -> float:
     """Che's characteristic time ``T`` (s): the root of
-    ``sum_g n_g (1 - exp(-lambda p_g T)) + lambda E[u] T = C`` (SPEC 10.4).
+    ``sum_g n_g (1 - exp(-lambda p_g T)) + lambda E[u] T = C`` (docs/model.md §8.4).
 
     ``rate`` is ``lambda`` (requests/s); ``popularity`` the groups' shares
     ``p_g`` (numbers >= 0, normalised to sum 1); ``shared_blocks`` each
@@ -256,7 +256,7 @@ def che_characteristic_time(rate: float, popularity: Sequence[float],
 def che(rate: float, popularity: Sequence[float], shared_blocks: Union[float, Sequence[float]],
         unique_blocks_mean: float, capacity_blocks: float, hash_block: int,
         mean_prompt: float) -> Che:
-    """Che's approximation for an LRU prefix cache (SPEC 10.4): ``T``, each
+    """Che's approximation for an LRU prefix cache (docs/model.md §8.4): ``T``, each
     group's hit probability and the predicted hit ratio.
 
     Arguments as :func:`che_characteristic_time`, and ``hash_block`` ``H``
@@ -321,12 +321,12 @@ def _effective_prefill(mean_prefill: float, mean_hit: float) -> float:
 def lambda_star_cached(bmax: int, mean_prefill: float, mean_decode: float, mean_hit: float,
                        latency: Optional[LatencyModel] = None) -> float:
     """Theorem 2's capacity with ``E[c] = mean_hit`` hit tokens per request,
-    ``(bmax / t_bmax) / (E[vp] - E[c] + E[vd])`` requests/s (SPEC 10.4):
+    ``(bmax / t_bmax) / (E[vp] - E[c] + E[vd])`` requests/s (docs/model.md §8.4):
     :func:`~llmqueue.theory.capacity.lambda_star` at the effective prompt
     ``E[vp] - E[c]`` (a context model read at that effective mix, approximate).
 
     Examples:
-        SPEC E10.2: 1152-token prompts of which 1024 hit, 128 decodes, on the
+        docs/model.md §8.7, E10.2: 1152-token prompts of which 1024 hit, 128 decodes, on the
         staircase with ``bmax = 512``: 512 / (0.01128 + 4 x 0.03547) tokens
         per second over 256 tokens a request.
 
@@ -338,10 +338,10 @@ def lambda_star_cached(bmax: int, mean_prefill: float, mean_decode: float, mean_
 
 def prefix_gain(mean_prefill: float, mean_decode: float, mean_hit: float) -> float:
     """Capacity with hits over capacity without, for a model of the batch
-    size alone: ``(E[vp] + E[vd]) / (E[vp] - E[c] + E[vd])`` (SPEC 10.4).
+    size alone: ``(E[vp] + E[vd]) / (E[vp] - E[c] + E[vd])`` (docs/model.md §8.4).
 
     Examples:
-        SPEC E10.2: 1280 tokens a request, 256 of them computed.
+        docs/model.md §8.7, E10.2: 1280 tokens a request, 256 of them computed.
 
         >>> prefix_gain(1152, 128, 1024)
         5.0
@@ -352,14 +352,14 @@ def prefix_gain(mean_prefill: float, mean_decode: float, mean_hit: float) -> flo
 
 
 def group_mean_hit(shared: int, hash_block: int, suffix: SizeLaw) -> float:
-    """The mean hit per request of prefix groups (SPEC 10.5) once every
-    group's head is cached (an unlimited cache, SPEC 10.4): the group's whole
+    """The mean hit per request of prefix groups (docs/model.md §8.5) once every
+    group's head is cached (an unlimited cache, docs/model.md §8.4): the group's whole
     hash blocks, ``floor(S / H) H``, less a block for a prompt with no tokens
     of its own whose shared part ends on a block's edge (a hit stops one token
     short of the prompt; the chance of an empty suffix from 10^5 draws seeded 0).
 
     Examples:
-        SPEC E10.2: 1024 shared tokens, hash blocks of 16, suffixes of at
+        docs/model.md §8.7, E10.2: 1024 shared tokens, hash blocks of 16, suffixes of at
         least one token.
 
         >>> from llmqueue.models.sizes import Fixed, Geometric

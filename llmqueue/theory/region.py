@@ -1,4 +1,4 @@
-"""Theorem 10's stability region with a cap on requests per batch (SPEC 6.5).
+"""Theorem 10's stability region with a cap on requests per batch (docs/model.md §9.5).
 
 With at most ``kmax`` requests in a batch, the long-run (prefill, decode) token
 rates an engine can sustain are those that time-sharing among feasible batch
@@ -86,7 +86,7 @@ def feasible_rates(bmax: int, kmax: Optional[int], latency: LatencyModel) -> Lis
 
 def stability_region(bmax: int, kmax: Optional[int] = None,
                      latency: Optional[LatencyModel] = None) -> Region:
-    """The polygon of sustainable (prefill, decode) token rates (SPEC 6.5)."""
+    """The polygon of sustainable (prefill, decode) token rates (docs/model.md §9.5)."""
     validation.positive_int("bmax", bmax)
     validation.optional_positive_int("kmax", kmax)
     points = feasible_rates(bmax, kmax, latency or Staircase()) + [(0.0, 0.0)]

@@ -1,4 +1,4 @@
-"""Batch shapes and what a latency model charges for them (SPEC 8.2, 8.6).
+"""Batch shapes and what a latency model charges for them (docs/model.md §7.2, §7.6).
 
 A *shape* is an iteration of ``d`` decodes and one prefill chunk of ``p``
 tokens.  A model of the batch size alone prices it by its tokens; a context
@@ -7,7 +7,7 @@ which :func:`shape_time` takes as means (fractional contexts interpolated).
 
 Theorem 2 reads a model of the batch size alone (``t_bmax``:
 :func:`by_batch_size`).  Any other is read at a workload's mix and mean
-contexts (:class:`MeanContext`, SPEC 8.6 and E8.4: ``t_bmax`` becomes
+contexts (:class:`MeanContext`, docs/model.md §7.6 and §7.10, E8.4: ``t_bmax`` becomes
 ``t_mix``, the full batch at the workload's mix), which makes every figure
 of :mod:`~llmqueue.theory.capacity` that knows the workload's mean sizes
 approximate but meaningful; priced as one prompt at context 0 instead, a
@@ -26,7 +26,7 @@ from llmqueue.models.latency import LatencyModel
 
 
 def needs_context(latency: LatencyModel) -> bool:
-    """Whether ``latency`` reads a :class:`BatchContext` (SPEC 8.2)."""
+    """Whether ``latency`` reads a :class:`BatchContext` (docs/model.md §7.2)."""
     return bool(getattr(latency, "needs_context", False))
 
 
@@ -34,7 +34,7 @@ def by_batch_size(latency: LatencyModel) -> bool:
     """Whether ``latency`` prices a batch by its tokens alone, so that Theorem 2
     reads it exactly: it says so with a ``tokens_time`` of its own (the
     staircase, linear, constant and interpolated models) and reads no context.
-    Others depend on the split of prefill and decode tokens (SPEC 4's step
+    Others depend on the split of prefill and decode tokens (docs/model.md §4's step
     model, a user's model of ``batch_time`` alone) or on the contexts (the
     roofline)."""
     return not needs_context(latency) and callable(getattr(latency, "tokens_time", None))
@@ -98,10 +98,10 @@ MIX_TOKENS = 2**16
 @dataclass(frozen=True)
 class MeanContext:
     """A model that is not priced by its batch size alone (a context model,
-    SPEC 8.2, or a model of the split) priced at a workload's mix and mean
+    docs/model.md §7.2, or a model of the split) priced at a workload's mix and mean
     contexts, which makes it a model of the batch size alone that Theorem 2's
-    figures (:mod:`llmqueue.theory.capacity`) can read, approximately (SPEC
-    8.6, E8.4).
+    figures (:mod:`llmqueue.theory.capacity`) can read, approximately
+    (docs/model.md §7.6 and §7.10, E8.4).
 
     A batch of ``d`` decodes and ``p`` prefill tokens lasts :func:`shape_time`
     with each decode at a decoding request's mean context
@@ -171,7 +171,7 @@ def at_mean_context(latency: Optional[LatencyModel], mean_prefill: float,
     """``latency`` as Theorem 2's figures read it: a model priced by its batch
     size alone (:func:`by_batch_size`; ``None``: the staircase) as it is, any
     other at the workload's mix and mean contexts (:class:`MeanContext`; for a
-    model of the split without contexts, such as SPEC 4's step model, only
+    model of the split without contexts, such as docs/model.md §4's step model, only
     the mix matters: its full batch of 512 tokens at 129 + 112 is 238
     decodes, 0.8 ms each, where priced as one prompt it takes 20 ms)."""
     if latency is None or by_batch_size(latency):

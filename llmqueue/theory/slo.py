@@ -1,9 +1,9 @@
-"""Service-level objectives and attainment (SPEC 8.5).
+"""Service-level objectives and attainment (docs/model.md §7.5).
 
 * :class:`SLO`: thresholds in seconds on a request's TTFT, TPOT, largest
   inter-token gap (TBT), end-to-end latency and scheduling delay; ``None`` =
   not gated.  :meth:`SLO.relative` states them as multiples of each request's
-  **unloaded** latencies (SPEC 8.6, :func:`llmqueue.theory.bounds.unloaded_latency`),
+  **unloaded** latencies (docs/model.md §7.6, :func:`llmqueue.theory.bounds.unloaded_latency`),
   as Splitwise and Mooncake do.  Per-class SLOs are a dict class -> SLO.
 * :class:`RequestLatency`: one request's measured latencies (seconds).
 * :func:`attainment`: the share of good requests (joint, DistServe's ``A``),
@@ -12,8 +12,8 @@
   Sarathi-Serve); :func:`good_throughput`: good requests per second.
 
 A request is **good** when every gated metric is within its threshold.  A
-request that has not finished counts as +inf on every metric (not good; SPEC
-8.5), and a finished request with ``vd = 1`` (TPOT and TBT undefined) passes
+request that has not finished counts as +inf on every metric (not good;
+docs/model.md §7.5), and a finished request with ``vd = 1`` (TPOT and TBT undefined) passes
 any TPOT or TBT threshold.  Quantiles are order statistics (the inverse of the
 empirical CDF: the smallest value with at least a share ``q`` at or below it),
 so a metric's ``q``-quantile is within its threshold exactly when its
@@ -28,13 +28,13 @@ from typing import Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence
 
 from llmqueue.common import validation
 
-#: The gated metrics, in SPEC 8.5's order, and the :class:`RequestLatency` field of each.
+#: The gated metrics, in docs/model.md §7.5's order, and the :class:`RequestLatency` field of each.
 METRICS = ("ttft", "tpot", "tbt", "e2e", "sched_delay")
 FIELD = {"ttft": "ttft", "tpot": "tpot", "tbt": "tbt_max", "e2e": "e2e",
          "sched_delay": "sched_delay"}
 #: Metrics undefined for a request of one decode token; such a request passes them.
 UNDEFINED_AT_VD1 = ("tpot", "tbt")
-#: The attainment conventions of SPEC 8.5.
+#: The attainment conventions of docs/model.md §7.5.
 MODES = ("joint", "quantile")
 
 
@@ -71,7 +71,7 @@ class SLO:
     sched_delay: Optional[float] = None
     """Start of the first iteration holding any of the request's tokens - arrival (s)."""
     is_relative: bool = False
-    """Thresholds are multiples of each request's unloaded latencies (SPEC 8.6)."""
+    """Thresholds are multiples of each request's unloaded latencies (docs/model.md §7.6)."""
 
     def __post_init__(self) -> None:
         for name in METRICS:
@@ -99,7 +99,7 @@ class SLO:
 
 
 class Unloaded(NamedTuple):
-    """A request's latencies on an otherwise empty engine (seconds, SPEC 8.6);
+    """A request's latencies on an otherwise empty engine (seconds, docs/model.md §7.6);
     ``tpot`` and ``tbt_max`` are ``None`` for a request of one decode token."""
 
     ttft: float
@@ -109,7 +109,7 @@ class Unloaded(NamedTuple):
 
 
 class RequestLatency(NamedTuple):
-    """One request's latencies in seconds (SPEC 8.5); ``None`` where undefined
+    """One request's latencies in seconds (docs/model.md §7.5); ``None`` where undefined
     (``tpot`` and ``tbt_max`` at ``vd = 1``) or not reached when the run ended."""
 
     ttft: Optional[float] = None
@@ -286,6 +286,6 @@ def good_throughput(records: Sequence[RequestLatency], slo: SLOLike,
                     arrival_span: float) -> float:
     """Good requests per second: the good requests of ``records`` (joint rule)
     over ``arrival_span``, the seconds between the window's first and last
-    arrivals (SPEC 8.5)."""
+    arrivals (docs/model.md §7.5)."""
     validation.positive_number("arrival_span", arrival_span)
     return attainment(records, slo).good / arrival_span

@@ -24,11 +24,11 @@ sizes are known:
   (within 1e-9; Theorem 2 says nothing there); else ``stable`` / ``unstable``
   below / above the token capacity ``bmax / t_bmax`` when Theorem 2 applies
   (no kmax, or ``kmax >= bmax``, so that a growing queue keeps every batch
-  full); else ``no guarantee`` (a slot limit ``kmax < bmax``: SPEC 6.5's
+  full); else ``no guarantee`` (a slot limit ``kmax < bmax``: docs/model.md §9.5's
   two-dimensional region decides, see Sarathi-1024 at point C): ``unstable``
   outside its polygon for any policy, ``no guarantee`` inside.
 
-A model not priced by its batch size alone (the roofline, SPEC 4's step
+A model not priced by its batch size alone (the roofline, docs/model.md §4's step
 model) is read at the workload's mix and mean contexts
 (:mod:`~llmqueue.theory.shapes`): its capacity is approximate, so loads
 within :data:`APPROXIMATE_BAND` of 1 are a ``boundary`` (``unstable``
@@ -57,8 +57,8 @@ STABLE_SE = 2.0          # standard errors of the slope's upper bound
 STABLE_FRACTION = 0.05   # upper bound below this share of the offered tokens, slope <= 2 SE
 BOUNDARY_TOLERANCE = 1e-9
 #: How far from load 1 the approximate capacity of a model not of the batch size
-#: alone (at the mix and mean contexts) cannot tell stable from unstable: SPEC
-#: E8.4 expects the roofline stable at 0.9 and unstable at 1.1 of lambda_mix,
+#: alone (at the mix and mean contexts) cannot tell stable from unstable:
+#: E8.4 (docs/model.md §7.10) expects the roofline stable at 0.9 and unstable at 1.1 of lambda_mix,
 #: and runs at 1.02-1.04 are stable where the mean contexts price a full batch
 #: a few percent slow.
 APPROXIMATE_BAND = 0.1
@@ -112,7 +112,7 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
     workload's mix and mean contexts:
     :func:`~llmqueue.theory.shapes.at_mean_context`, within
     :data:`APPROXIMATE_BAND`); with ``kmax < bmax``, rates outside Theorem 10's
-    region (SPEC 6.5) are ``unstable`` for any policy (a context model's
+    region (docs/model.md §9.5) are ``unstable`` for any policy (a context model's
     region is drawn at context 0, where no iteration is slower: outside it,
     outside the true one too)."""
     seen = at_mean_context(latency, mean_prefill, mean_decode)
@@ -134,7 +134,7 @@ def predict(rate: float, mean_prefill: float, mean_decode: float, *, work_conser
 
 #: What a prediction says below a capacity memory binds: ``lambda_joint`` is a
 #: necessary condition only; greedy admission's preemptions waste some of it
-#: (runs at 0.95 of it grow on SPEC 7.8.2's rows), so no rate below it is
+#: (runs at 0.95 of it grow on docs/model.md §6.8.2's rows), so no rate below it is
 #: promised stable.
 NO_GUARANTEE_MEMORY = "no guarantee (memory)"
 
@@ -160,13 +160,13 @@ def memory_bound(memory: Mapping[str, Any]) -> Optional[float]:
 
 def with_limits(predicted: str, rate: float, figures: Mapping[str, Any]) -> str:
     """Theorem 2's ``predicted`` verdict for an engine whose memory or slots
-    bind below its compute capacity (:func:`binding_bound`; SPEC 7.6 and 8.6:
+    bind below its compute capacity (:func:`binding_bound`; docs/model.md §6.6 and §7.6:
     ``lambda <= lambda_joint`` is necessary): a rate above the bound is
     ``unstable`` and one at it a ``boundary``.  Below it, where memory binds,
     a ``stable`` becomes :data:`NO_GUARANTEE_MEMORY` (the bound is an upper
     one: preemptions can lower the capacity under it); where slots bind
     (only with ``kmax < bmax``) Theorem 2's verdict stands, as where compute
-    binds (memory can still storm below it: SPEC 7.8.3)."""
+    binds (memory can still storm below it: docs/model.md §6.8.3)."""
     bound = binding_bound(figures)
     if bound is None or predicted == "unstable":
         return predicted

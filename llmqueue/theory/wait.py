@@ -1,4 +1,4 @@
-"""WAIT and Nested WAIT in numbers (SPEC 7.5): the stage quotas that keep the
+"""WAIT and Nested WAIT in numbers (docs/model.md §6.5): the stage quotas that keep the
 KV cache at a fixed point below its size, and the capacity they give.
 
 A request *type* is a ``(vp, vd, p)`` triple: its prompt and output tokens
@@ -42,7 +42,7 @@ def _types(types: Sequence[RequestType]) -> List[RequestType]:
 
 def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
                     block_size: int = 1) -> List[int]:
-    """WAIT's stage quotas ``n_j`` (SPEC 7.5), one per ``(vp, vd, p)`` type.
+    """WAIT's stage quotas ``n_j`` (docs/model.md §6.5), one per ``(vp, vd, p)`` type.
 
     ``n_j = max(1, floor((M' - headroom) p_j / sum_k p_k g_k))`` where ``p``
     is the type mix (any positive weights), ``g_k`` the whole-prompt area
@@ -51,7 +51,7 @@ def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
     KV ``sum n_j g_j <= M' - headroom`` (unless a quota is raised to 1).
 
     Examples:
-        SPEC 7.8.3: one type of area 24,120 in 100,000 tokens, floor(4.146) = 4.
+        docs/model.md §6.8.3: one type of area 24,120 in 100,000 tokens, floor(4.146) = 4.
 
         >>> wait_thresholds([(20, 200, 1.0)], 100_000)
         [4]
@@ -72,7 +72,7 @@ def wait_thresholds(types: Sequence[RequestType], M: int, headroom: int = 0,
 
 def nested_wait_quotas(vp: int, lengths: Sequence[int], probs: Sequence[float], M: int,
                        headroom: int = 0, block_size: int = 1) -> List[int]:
-    """Nested WAIT's stage quotas ``n^(1..K)`` (SPEC 7.5) for prompts of ``vp``
+    """Nested WAIT's stage quotas ``n^(1..K)`` (docs/model.md §6.5) for prompts of ``vp``
     tokens and output lengths ``l_1 < ... < l_K`` (``lengths``) drawn with
     weights ``probs``.
 
@@ -112,7 +112,7 @@ def nested_wait_quotas(vp: int, lengths: Sequence[int], probs: Sequence[float], 
 def lambda_wait(types: Sequence[RequestType], n: Sequence[int],
                 latency: Optional[LatencyModel] = None) -> float:
     """WAIT's capacity ``sum n_j / t(sum n_j (vp_j + vd_j))`` in requests/s
-    (SPEC 7.5).
+    (docs/model.md §6.5).
 
     In steady state each iteration starts ``n_j`` whole type-``j`` prompts and
     decodes the ``n_j vd_j`` started ones, so it is priced as
