@@ -19,7 +19,6 @@ Run:  python scenarios/engines.py   (table on the terminal, plots/engines.png)
 from __future__ import annotations
 
 import os
-import textwrap
 
 from llmqueue.cli.report import report
 from llmqueue.cli.script import script
@@ -43,10 +42,10 @@ def main() -> None:
         steps = [f"K={p.engines} {p.decision}" + ("" if p.mean is None else
                  f" {p.mean:.3f}+-{p.hw or 0:.3f} ({p.reps})") for p in result.probes]
         print(f"  {router:<11} " + "; ".join(steps))
-    title = (f"Fewest engines for {params['rate']:g} req/s by router (model §7.10, E8.6): sarathi, "
+    title = (f"Fewest engines for {params['rate']:g} req/s by router: sarathi, "
              f"bmax = {params['bmax']}, E8.5's SLO; {params['reps']} x {params['requests']} "
              f"requests a round (up to {params['max_reps']}), seed {SEED}")
-    save(plot_capacity(list(results.values()), textwrap.fill(title, 100)), PLOT)
+    save(plot_capacity(list(results.values()), title), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")
 
 

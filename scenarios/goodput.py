@@ -22,7 +22,6 @@ Run:  python scenarios/goodput.py   (table on the terminal, plots/goodput.png)
 from __future__ import annotations
 
 import os
-import textwrap
 
 from llmqueue.cli.report import report
 from llmqueue.cli.script import script
@@ -60,11 +59,11 @@ def main() -> None:
 
 def figure_title(params: dict) -> str:
     """The plot's title: the engine, the traffic, the SLO and the effort."""
-    return textwrap.fill(
-        f"Goodput by scheduler (model §7.10, E8.5): staircase, bmax = {params['bmax']}, geometric "
+    return (
+        f"Goodput by scheduler: staircase, bmax = {params['bmax']}, geometric "
         f"{params['vp']:g}/{params['vd']:g}, TTFT <= {params['ttft']:g} s and TPOT <= "
         f"{params['tpot']:g} s for {params['target']:.0%}; {params['reps']} x "
-        f"{params['requests']} requests a round, seed {SEED}", 100)
+        f"{params['requests']} requests a round, seed {SEED}")
 
 
 if __name__ == "__main__":

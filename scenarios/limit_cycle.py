@@ -53,7 +53,7 @@ def main() -> None:
     start = HORIZON / 2
     save(plot_limit_cycle(
         [(name, *cycle.completions(result)) for name, result in rows],
-        f"Greedy admission's worst-case limit cycle (model §6.8.4): ({VP}, {VD}) tokens, "
+        f"Greedy admission's worst-case limit cycle: ({VP}, {VD}) tokens, "
         f"M = {M:,}, tau = {cycle.TAU:g} s, saturated\nrestart=scratch locks greedy into "
         f"cohorts of {M // (VP + VD)} every {VD + 1} iterations; restart=keep and "
         f"WAIT({QUOTA}) stay near M/g",

@@ -45,7 +45,8 @@ def main() -> None:
         print(f"  chunk {chunk:>5}: TTFT p99 {sum(ttft) / len(ttft):6.2f} s   "
               f"TPOT p99 {sum(tpot) / len(tpot) * 1e3:6.2f} ms")
     save(plot_chunk_sweep(figures, demo.SWEEP,
-                          f"model §9.6: {demo.COUNT} Poisson requests at {demo.RATE:g}/s, kmax = "
+                          f"Chunked prefill against chunk size: {demo.COUNT} Poisson requests "
+                          f"at {demo.RATE:g}/s, kmax = "
                           f"{demo.KMAX}, step model, no token budget ({len(SEEDS)} seeds, "
                           "same requests per seed)"), PLOT)
     print(f"\nplot: {os.path.normpath(PLOT)}")

@@ -57,7 +57,7 @@ def draw(rows: Dict[str, Rows]) -> None:
     full = rows[FIGURE]
     rate, initial = full[0][1].summary["rate"], full[0][1].summary["initial"]
     save(plot_storm(
-        full, f"Metastability (model §6.8.3): {rate:g} req/s, below both capacities, with "
+        full, f"Metastability: {rate:g} req/s, below both capacities, with "
               f"{initial:,} requests waiting at t = 0\ngreedy admission (sarathi + lazy) stays in "
               f"a preemption storm and its queue grows; WAIT({QUOTA}) drains it",
         rate_lines=[(th["mu_mem"], f"mu_mem = {th['mu_mem']:.1f} req/s (memory capacity)"),

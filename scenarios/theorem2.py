@@ -42,7 +42,7 @@ def draw(rows: Dict[str, Result], params: Dict[str, object], path: str) -> None:
     capacity = theory.token_capacity(params["bmax"], latency)
     star = theory.lambda_star(params["bmax"], params["vp"], params["vd"], latency)
     save(plot_theorem2(rows, SHOWN, capacity, star,
-                       f"Theorem 2 (model §9.2): Sarathi, Poisson arrivals, {params['vp']}+"
+                       f"Theorem 2: Sarathi, Poisson arrivals, {params['vp']}+"
                        f"{params['vd']} tokens, bmax = {params['bmax']}, no kmax, "
                        f"capacity {capacity:.0f} tokens/s"), path)
 

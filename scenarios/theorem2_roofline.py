@@ -39,7 +39,7 @@ def main() -> None:
     for check in e84.checks(list(rows.items())):
         print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
     save(plot_theorem2(rows, SHOWN, capacity, star,
-                       f"Theorem 2 with a roofline (model §7.10, E8.4): Sarathi, Llama-3-8B on one "
+                       f"Theorem 2 with a roofline: Sarathi, Llama-3-8B on one "
                        f"H100, Poisson, 512+256 tokens, bmax = 2048, capacity "
                        f"{capacity:.0f} tokens/s at the mix"), PLOT)
     print(f"\nlambda* here is lambda_mix; plot: {os.path.normpath(PLOT)}")

@@ -181,3 +181,18 @@ def test_units_of_a_hand_made_view():
 def test_make_request_refuses_a_finished_request():
     with pytest.raises(ValueError, match="done"):
         make_request("A", 10, 5, done=15)
+
+
+def test_a_users_policy_keeps_the_residents_under_30_attributes():
+    """The read-only view costs the residents one attribute (``shown``), and
+    CPython 3.11 specializes attribute reads only below 30 (tests/test_hot_paths.py)."""
+    import simpy
+
+    from llmqueue.engine.processes import Engine
+
+    for kv in (None, q.KV(capacity_tokens=1000, block_size=16),
+               q.KV(capacity_tokens=1000, block_size=16, prefix=True),
+               q.KV(capacity_tokens=1000, preemption="swap", swap_tokens=100)):
+        engine = Engine(simpy.Environment(), q.make_policy(spy([])), kv=kv)
+        assert engine.residents.shown is not None
+        assert len(vars(engine.residents)) < 30, sorted(vars(engine.residents))

@@ -29,7 +29,7 @@ SLOW = ("run azure", "run theorem2", "--dask", "llmqueue plan", "sweep ", "llmqu
         "run storms", "run limit-cycle", "run blowup", "run coprime", "run nie-table1",
         "run memory-boundary", "run memory-waste", "run agents", "run disaggregated",
         "run parallel --set router=all", "llmqueue validate", "--set sessions=",
-        "llmqueue calibrate", "llmqueue mlperf")
+        "llmqueue calibrate", "llmqueue mlperf", "llmqueue compare")
 #: The README's quick start, as written.
 QUICK_START = [
     'pip install -e . && python scenarios/point_c.py',

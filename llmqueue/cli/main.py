@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import sys
-import textwrap
 import warnings
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
@@ -205,8 +204,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         shown["warmup"] = args.warmup
     if args.plot:
         from llmqueue.plotting import plot_pending, save
-        setting = ", ".join(f"{k} = {v}" for k, v in shown.items() if v not in (None, ""))
-        title = textwrap.fill(f"{experiment.name}: pending requests over time ({setting})", 100)
+        changed = [f"{k} = {v}" for k, v in shown.items() if v not in (None, "") and (
+            k not in experiment.params or experiment.params[k].default != v)]
+        title = f"Pending requests over time: {', '.join([experiment.name, *changed])}"
         save(plot_pending(rows, title, kmax=params.get("kmax")), args.plot)
     summaries = [result.row(label) for label, result in rows]
     checks = experiment.checks(rows) if experiment.checks is not None else []

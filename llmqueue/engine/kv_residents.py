@@ -84,7 +84,6 @@ class MemoryResidents(Residents):
     def __init__(self, kv: KV) -> None:
         super().__init__()
         self.kv = kv
-        self.block_size = kv.block_size
         self.free = kv.blocks
         """Blocks not held."""
         self.used_tokens = 0
@@ -106,6 +105,12 @@ class MemoryResidents(Residents):
         self.draining = False
         """Whether no resident can join before the batch being chosen runs
         (set by the scheduler; :func:`~llmqueue.policies.view.is_draining`)."""
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block (the cache's: not stored, so that the residents
+        keep under 30 attributes with a user's policy's :attr:`shown`)."""
+        return self.kv.block_size
 
     # -- joining ---------------------------------------------------------
     def admit(self, r: Request, now: int) -> None:

@@ -27,7 +27,8 @@ from typing import Any, Dict, Optional, Tuple
 from llmqueue.common import limits, validation
 from llmqueue.models.latency import tokens_time
 from llmqueue.planning.hits import Hits
-from llmqueue.planning.plan import _Bar, at_rate, describe, setup
+from llmqueue.planning.fit import warn
+from llmqueue.planning.plan import _Bar, at_rate, describe, infeasibility, setup
 from llmqueue.planning.probe import FAIL, PASS, Probe, probe
 from llmqueue.planning.spec import EngineSpec, Traffic
 from llmqueue.theory.bounds import Bounds
@@ -113,8 +114,10 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
     cap = pool_limit(rate, s.bounds, target)
     probes: Dict[int, Probe] = {}
     notes = []
-    if s.bounds.infeasible(target):
-        notes.append(f"infeasible at every rate: A_0 = {s.bounds.attainment_zero_load:.3f}")
+    warn(s.fit)  # once, for every replication's engines
+    why = infeasibility(s, target)
+    if why is not None:
+        notes.append(why)
         return EnginesResult(rate, None, k_lb, (), s.bounds, router, target, None, False,
                              config, notes=tuple(notes), seconds=time.perf_counter() - wall,
                              hits=s.hits)
@@ -146,6 +149,12 @@ def plan_engines(rate: float, workload: Traffic, engine: EngineSpec, slo: SLOLik
                     else:
                         fail = mid
                 k_min = good
+            else:  # say why there is no answer
+                guess = "" if not goodput1 or fail > k_lb else \
+                    (f"; one engine's goodput, {goodput1:.4g} req/s, asks for "
+                     f"{math.ceil(rate / goodput1):,}")
+                notes.append(f"no K_min within the limit of {cap:,} engines "
+                             f"(LLMQUEUE_MAX_ENGINES): {fail:,} failed{guess}")
     ordered = tuple(probes[k] for k in sorted(probes))
     non_monotone = any(probes[k].decision == PASS and k + 1 in probes
                        and probes[k + 1].decision == FAIL for k in probes)

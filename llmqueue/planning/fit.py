@@ -23,14 +23,14 @@ says which.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from llmqueue.hardware.memory import GiB, RESERVE_GIB, kv_capacity
+from llmqueue.hardware.latency import precision_of
+from llmqueue.hardware.memory import GiB, RESERVE_GIB, kv_capacity, kv_share
 from llmqueue.hardware.precision import Precision
 from llmqueue.hardware.precision import precision as find_precision
 from llmqueue.hardware.specs import GPU, ModelShape
@@ -52,8 +52,8 @@ DRAWS = 100_000
 #: :func:`~llmqueue.hardware.memory.kv_capacity`'s activations per GPU (GiB).
 ACTIVATION_GIB = 5.5
 #: How each method is said.
-EXACT, SURVIVAL, OBSERVED = "exact (fixed sizes)", "from the size laws' survival functions", \
-    "exact (the observed sizes)"
+EXACT, SURVIVAL, OBSERVED = "exact: fixed sizes", "from the size laws' survival functions", \
+    "exact: the observed sizes"
 #: How each of :data:`~llmqueue.hardware.memory.SHARES` is said.
 SHARE_TEXT = {"total": "of all memory (vLLM's gpu_memory_utilization)",
               "free": "of the memory left free (TensorRT-LLM's kv_cache_free_gpu_mem_fraction)"}
@@ -148,6 +148,19 @@ def memory_of_engine(engine: EngineSpec) -> Optional[Memory]:
         return None
 
 
+def memory_of_settings(p: Mapping[str, Any]) -> Optional[Memory]:
+    """The :class:`Memory` of ``run single``'s parameters when ``kv=auto`` takes
+    the KV pool from the GPUs (their share and precision keys), else None."""
+    if p.get("kv") != "auto":
+        return None
+    fraction, of = kv_share(p.get("kv_cache_free_gpu_mem_fraction"),
+                            p.get("gpu_memory_utilization"))
+    return memory_of(p["gpu"], p["model"], p.get("tp", 1), fraction=fraction, of=of,
+                     precision=precision_of(p.get("precision", "bf16"),
+                                            p.get("attention_precision", "bf16"),
+                                            p.get("kv_cache_dtype", "auto")))
+
+
 def _survival(law: SizeLaw, xs: Any) -> np.ndarray:
     """``P(draw > x)`` for each whole ``x`` of ``xs`` (1 below 0); a law
     without a survival function raises NotImplementedError."""
@@ -226,7 +239,7 @@ def never_share(prefill: SizeLike, decode: SizeLike, fit_tokens: int,
         rp, rd = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
         sizes = prompt.sample(rp, DRAWS) + decode_sizes(out, rd, DRAWS)
         return float(np.mean(sizes > fit_tokens)), \
-            f"from a sample of {DRAWS:,} requests (seed {seed})"
+            f"estimated from a sample of {DRAWS:,} requests, seed {seed}"
 
 
 @dataclass(frozen=True)
@@ -250,6 +263,12 @@ class Fit:
         return self.never >= 1.0
 
     @property
+    def exact(self) -> bool:
+        """Whether ``never`` is exact (or from the survival functions, to within
+        :data:`EPS`), not estimated from a sample."""
+        return self.method in (EXACT, SURVIVAL, OBSERVED)
+
+    @property
     def ceiling(self) -> float:
         """The largest attainment any rate can reach, ``1 - never``."""
         return 1.0 - self.never
@@ -262,18 +281,18 @@ class Fit:
 
     def statement(self) -> str:
         """The diagnosis in one line."""
-        head = "" if self.memory is None else self.memory.statement() + ". "
-        cache = f"the KV cache holds {self.kv_tokens:,} tokens"
-        largest = f"the largest request that fits has vp + vd = {self.fit_tokens:,} tokens"
-        mean = f"mean request {self.mean_tokens:,.0f} tokens"
+        head = f"the KV cache holds {self.kv_tokens:,} tokens" if self.memory is None \
+            else self.memory.statement()
+        largest = (f"{head}; the largest request that fits has vp + vd = {self.fit_tokens:,} "
+                   f"tokens (the mean request {self.mean_tokens:,.0f})")
         if self.never <= 0.0:
-            return f"{head}Fit: {cache}; {largest} ({mean}); every request fits."
+            return f"{largest}; every request fits."
         if self.none_fit:
-            return (f"{head}Fit: {cache}; {largest} ({mean}); no request of this workload can "
-                    f"ever fit ({self.method}): the plan is infeasible at every rate.")
-        return (f"{head}Fit: {cache}; {largest} ({mean}); {self.share_text()} of requests can "
-                f"never fit the KV cache ({self.method}): they are rejected on arrival and "
-                f"count as misses, so attainment is at most {self.ceiling:.4g} at any rate.")
+            return (f"{largest}; no request of this workload can ever fit ({self.method}): "
+                    "all are rejected on arrival and count as misses.")
+        return (f"{largest}; {self.share_text()} of requests can never fit the KV cache "
+                f"({self.method}): they are rejected on arrival and count as misses, so "
+                f"attainment is at most {self.ceiling:.4g} at any rate.")
 
     def as_dict(self) -> Dict[str, Any]:
         """JSON-ready."""
@@ -295,7 +314,6 @@ def diagnose(workload: Traffic, engine: EngineSpec, memory: Optional[Memory] = N
     if kv is None:
         return None
     fit = kv.fit_tokens + (1 if engine.first_token == "prefill" else 0)
-    method = EXACT
     if workload.pairs is not None:
         sizes = np.array(workload.pairs[0]) + np.maximum(np.array(workload.pairs[1]), 1)
         never, method = float(np.mean(sizes > fit)), OBSERVED
@@ -321,29 +339,26 @@ def warn(fit: Optional[Fit]) -> None:
         warnings.warn(fit.statement(), NeverFitWarning, stacklevel=2)
 
 
-#: The bounds :func:`binding` names, and what binds when each is the smallest.
-LIMITS = {"lambda_tok": "compute (the token budget per iteration)",
-          "lambda_slot": "the kmax batch slots",
-          "lambda_kv": "memory (the KV pool)"}
+#: The rate bounds :func:`binding` compares: compute (the token budget per
+#: iteration), the ``kmax`` slots, memory (the KV pool).
+RATE_BOUNDS = ("lambda_tok", "lambda_slot", "lambda_kv")
 
 
 def binding(bounds: Bounds) -> str:
     """Which rate bound is the smallest (``lambda_tok``, ``lambda_slot`` or
     ``lambda_kv``): what caps the rate an engine can serve."""
-    values = {name: getattr(bounds, name) for name in LIMITS}
-    return min((v, name) for name, v in values.items() if v is not None)[1]
+    return min((value, name) for name, value in
+               ((name, getattr(bounds, name)) for name in RATE_BOUNDS) if value is not None)[1]
 
 
 def memory_note(bounds: Bounds, fit: Optional[Fit]) -> Optional[str]:
     """A line saying the plan is driven by memory, when ``lambda_kv`` binds."""
     if bounds.lambda_kv is None or binding(bounds) != "lambda_kv":
         return None
-    others = ", ".join(f"{name} = {getattr(bounds, name):.4g}" for name in
-                       ("lambda_tok", "lambda_slot") if getattr(bounds, name) is not None)
+    others = ", ".join(f"{name} = {getattr(bounds, name):.4g}" for name in RATE_BOUNDS[:2]
+                       if getattr(bounds, name) is not None)
     pool = "" if fit is None else f" of {fit.kv_tokens:,} tokens"
-    times = bounds.lambda_tok / bounds.lambda_kv
     return (f"memory binds: lambda_kv = {bounds.lambda_kv:.4g} req/s is the smallest bound "
-            f"({others}; {times:.3g}x below compute): the KV pool{pool}, not compute, caps the "
-            f"rate (more memory per engine raises it: a larger tp, an FP8 KV cache, a larger "
-            f"GPU)" if math.isfinite(times) else f"memory binds: lambda_kv = "
-            f"{bounds.lambda_kv:.4g} req/s is the smallest bound")
+            f"({others}; {bounds.lambda_tok / bounds.lambda_kv:.3g}x below compute): the KV "
+            f"pool{pool}, not compute, caps the rate (more memory per engine raises it: a "
+            f"larger tp, an FP8 KV cache, a larger GPU)")

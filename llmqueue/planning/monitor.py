@@ -157,6 +157,12 @@ class Monitor:
             self.groups.append((members, gated))
         self.open: List[Tuple[int, Request]] = []
 
+    def miss(self, measured: np.ndarray) -> None:
+        """The measured requests of indices ``measured`` miss every metric, decided now:
+        they can never fit the KV cache and are never served."""
+        self.bits[measured] = ALL
+        self.decided[measured] = True
+
     def check(self, now: int, final: bool = False) -> None:
         """Update the verdicts of the open requests."""
         still = []

@@ -31,17 +31,19 @@ import math
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from llmqueue.common import limits, validation
 from llmqueue.common.progress import bar
 from llmqueue.network.routers import check_traffic
+from llmqueue.planning.bounds import bounds_of, check_slo
+from llmqueue.planning.fit import Fit, binding, diagnose, warn
 from llmqueue.planning.hits import (CEILING, Hits, cached_bounds, first_probe, hit_figures,
                                     longest)
 from llmqueue.planning.probe import BOUNDARY, FAIL, PASS, Probe, Rules, probe
 from llmqueue.planning.replicate import Task
 from llmqueue.planning.spec import EngineSpec, Traffic
-from llmqueue.theory.bounds import Bounds, memory_bound, smallest_iteration, zero_load
+from llmqueue.theory.bounds import Bounds
 from llmqueue.theory.cost import Cost
 from llmqueue.theory.slo import MODES, SLO, SLOLike
 from llmqueue.theory.stats import mean_ci
@@ -85,6 +87,8 @@ class PlanResult:
     reason: Optional[str] = None
     seconds: float = field(default=0.0, compare=False)
     hits: Optional[Hits] = None
+    fit: Optional[Fit] = None
+    """With a KV cache: how the requests fit it (:mod:`llmqueue.planning.fit`)."""
 
     @property
     def attainment_zero_load(self) -> Optional[float]:
@@ -100,6 +104,8 @@ class PlanResult:
         """The JSON document of ``llmqueue plan --json``."""
         b = self.bounds
         extra = {} if self.hits is None else self.hits.as_dict()
+        extra.update({"binding": binding(b)} if self.fit is None else
+                     {"binding": binding(b), "fit": self.fit.as_dict()})
         return {**extra, "goodput": self.goodput, "lo": self.lo,
                 "hi": self.hi if math.isfinite(self.hi) else None,
                 "crossing": self.crossing, "lambda_tok": b.lambda_tok,
@@ -113,57 +119,6 @@ class PlanResult:
                 "probes": [p.as_dict() for p in self.probes], "seconds": self.seconds}
 
 
-def check_slo(slo: Any, workload: Optional[Traffic] = None) -> SLOLike:
-    """``slo`` if ``plan`` can judge it: an :class:`SLO` gating some metric, or a
-    dict class -> SLO naming exactly the classes of ``workload`` (a
-    :meth:`Traffic.mix`)."""
-    if isinstance(slo, SLO):
-        if not slo.gated:
-            raise ValueError("slo must gate at least one of ttft, tpot, tbt, e2e, sched_delay; "
-                             "got none")
-        return slo
-    if not isinstance(slo, Mapping) or not slo or \
-            not all(isinstance(one, SLO) for one in slo.values()):
-        raise ValueError(f"slo must be an SLO or a dict class -> SLO, got {slo!r}")
-    names = None if workload is None or workload.classes is None else \
-        [c.name for c in workload.classes]
-    if names is None:
-        raise ValueError("slo is per class but the workload has no classes: build it with "
-                         "Traffic.mix({class: (share, prefill, decode), ...})")
-    if set(slo) != set(names):
-        raise ValueError(f"slo must have one entry per class of the workload {names}; "
-                         f"got {list(slo)}")
-    for name, one in slo.items():
-        if not one.gated:
-            raise ValueError(f"slo[{name!r}] must gate at least one metric; got none")
-    return dict(slo)
-
-
-def bounds_of(workload: Traffic, engine: EngineSpec, slo: SLOLike, seed: int) -> Bounds:
-    """docs/model.md §7.6's bounds for ``engine`` (with ``lambda_kv`` when it has a KV
-    cache) and ``workload``; per class, ``A_0 = sum share_c A_0,c`` and
-    ``1/lambda_kv = sum share_c / lambda_kv,c`` (Little's law on the mean KV area)."""
-    capacity = None if engine.kv is None else engine.kv.tokens
-    fits = None if engine.kv is None else engine.kv.fits_ever  # the rest miss their SLO
-    if isinstance(slo, SLO) and workload.classes is None:
-        return Bounds.of(engine.latency, engine.bmax, workload.prefill_law,
-                         workload.decode_law, kmax=engine.kmax, capacity_tokens=capacity,
-                         slo=slo, seed=seed, fits=fits)
-    whole = Bounds.of(engine.latency, engine.bmax, workload.prefill_law, workload.decode_law,
-                      kmax=engine.kmax, seed=seed)
-    t1 = smallest_iteration(engine.latency)
-    a0 = inverse_kv = 0.0
-    for name, share, alone in workload.class_traffic():
-        one = slo if isinstance(slo, SLO) else slo[name]
-        a0 += share * zero_load(engine.latency, engine.bmax, alone.prefill_law,
-                                alone.decode_law, one, seed=seed, fits=fits).attainment
-        if capacity is not None:
-            inverse_kv += share / memory_bound(capacity, t1, alone.prefill_law,
-                                               alone.decode_law, seed=seed)
-    return dataclasses.replace(whole, attainment_zero_load=a0,
-                               lambda_kv=1 / inverse_kv if capacity is not None else None)
-
-
 @dataclass(frozen=True)
 class Setup:
     """The checked arguments shared by :func:`plan` and ``plan_engines``."""
@@ -174,6 +129,8 @@ class Setup:
     executor: Optional[Executor]
     progress: Optional[bool]
     hits: Optional[Hits] = None
+    fit: Optional[Fit] = None
+    """How the requests fit the KV cache (:func:`~llmqueue.planning.fit.diagnose`)."""
 
 
 def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: int,
@@ -218,7 +175,26 @@ def setup(workload: Any, engine: Any, slo: Any, target: float, mode: str, reps: 
     base = Task(workload, engine, slo, 1.0, 0, seed, math.ceil(warmup * n_requests),
                 n_requests, float(target), mode, early_stop, 1, router)
     return Setup(base, Rules(float(target), float(confidence), reps, max_reps), bounds,
-                 executor, progress, hits)
+                 executor, progress, hits, diagnose(workload, engine, seed=seed))
+
+
+def infeasibility(s: Setup, target: float) -> Optional[str]:
+    """Why no rate can meet the SLO at ``target``, or None: the requests that
+    can never fit the KV cache leave less than ``target`` (exactly, or from the
+    laws' survival functions: :attr:`Fit.exact`), or ``A_0 < target``."""
+    fit = s.fit
+    if fit is not None and fit.exact and fit.ceiling < target:
+        return (f"infeasible at every rate: {fit.share_text()} of requests can never fit the "
+                f"KV cache (vp + vd > {fit.fit_tokens:,} tokens) and count as misses, so at "
+                f"most {fit.ceiling:.4g} of them can meet it (target {target})")
+    if not s.bounds.infeasible(target):
+        return None
+    return (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
+            f"of requests meet the SLO on an empty engine (target {target})"
+            + ("" if s.base.engine.kv is None else
+               "; requests that can never fit the KV cache count as misses")
+            + ("" if fit is None or fit.never <= 0 else
+               f" ({fit.share_text()} of them: vp + vd > {fit.fit_tokens:,} tokens)"))
 
 
 class _Bar:
@@ -273,6 +249,17 @@ def shown_quantile(mode: str, target: float) -> Tuple[str, str]:
     if mode == "quantile":
         return "target", f"p{100 * target:.4g}"
     return "p90", "p90"
+
+
+def mode_text(mode: str, target: float) -> str:
+    """How ``mode`` judges attainment at ``target``, and the latency quantile
+    a plan's table shows (:func:`shown_quantile`), in a few words."""
+    shown = shown_quantile(mode, target)[1]
+    if mode == "quantile":
+        return (f"quantile mode, target {target:g}: each gated metric's {target:g}-quantile "
+                f"({shown}) within its threshold; latencies at {shown}")
+    return (f"joint mode, target {target:g}: the share of requests meeting every gated "
+            f"threshold at once; latencies at {shown}")
 
 
 def crossing(probes: List[Probe], target: float) -> Optional[float]:
@@ -360,15 +347,12 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
               confidence, seed, early_stop, router, executor, progress)
     config = describe(engine, workload, slo, router if engines > 1 else None, n_requests,
                       reps, seed)
-    if s.bounds.infeasible(target):
-        why = (f"infeasible at every rate: only A_0 = {s.bounds.attainment_zero_load:.3f} "
-               f"of requests meet the SLO on an empty engine (target {target})"
-               + ("" if engine.kv is None else
-                  "; requests that can never fit the KV cache count as misses"))
-
+    warn(s.fit)  # once, for every replication's engines
+    why = infeasibility(s, target)
+    if why is not None:
         return PlanResult(0.0, 0.0, 0.0, None, (), s.bounds, target, mode, engines, config,
                           infeasible=True, reason=why, seconds=time.perf_counter() - wall,
-                          hits=s.hits)
+                          hits=s.hits, fit=s.fit)
     probes: List[Probe] = []
     with _Bar(progress) as bar:
         first, bounds, hits = first_probe(s.base, s.bounds, s.hits, engines, s.rules,
@@ -393,4 +377,4 @@ def plan(workload: Traffic, engine: EngineSpec, slo: SLOLike, target: float = 0.
                        workload.mean_decode, min(1.0, best.mean))
     return PlanResult(lo, lo, hi, crossing(probes, target), tuple(probes), s.bounds, target,
                       mode, engines, config, at_lo, cost, False, reason,
-                      time.perf_counter() - wall, s.hits)
+                      time.perf_counter() - wall, s.hits, s.fit)

@@ -15,7 +15,10 @@ and a :meth:`Traffic.mix`), each measured request is judged by its class's SLO.
 With prefix groups (:meth:`Traffic.prefix_groups`) on engines with a prefix
 cache, each request carries its content ids, and the run counts its measured
 requests' first-start hits (:attr:`Run.hits`); without the cache the same
-requests come without ids.
+requests come without ids.  Requests that can never fit the engine's KV cache
+(:func:`never_fits`) are not submitted (an engine would reject each on
+arrival, with a warning in every replication): they miss every metric from
+the start, so a run with too many of them stops before it simulates anything.
 
 :func:`run_replication` is a plain top-level function of a picklable
 :class:`Task`, so replications run on any ``concurrent.futures`` executor.
@@ -159,6 +162,21 @@ def _build(task: Task, router_seed: int
     return env, pool.members, submit
 
 
+def never_fits(engine: EngineSpec, vp: np.ndarray, vd: np.ndarray) -> np.ndarray:
+    """Which requests of prompt sizes ``vp`` and output sizes ``vd`` can never
+    fit ``engine``'s KV cache (:meth:`~llmqueue.engine.kv.KV.fits_ever`, with
+    one output token less where the prefill emits the first): the engine would
+    reject them on arrival, so a replication does not submit them and counts
+    them as misses of every metric from the start (:mod:`llmqueue.planning.fit`
+    says so once per plan, in place of each engine's warning)."""
+    kv = engine.kv
+    if kv is None:
+        return np.zeros(len(vp), dtype=bool)
+    cut = 1 if engine.first_token == "prefill" else 0  # make_early: prompts only
+    return np.array([not kv.fits_ever(p, d - (cut if p > 0 else 0))
+                     for p, d in zip(vp.tolist(), vd.tolist())], dtype=bool)
+
+
 def run_replication(task: Task) -> Run:
     """Run one replication of ``task`` (see the module docstring)."""
     wall = time.perf_counter()
@@ -189,18 +207,23 @@ def run_replication(task: Task) -> Run:
         return None
 
     monitor = Monitor(task.n_meas, lims, task.mode, measured_classes, done, scheduled)
+    early = task.engine.first_token == "prefill"
+    never = never_fits(task.engine, vp, vd)
+    monitor.miss(np.flatnonzero(never[meas]))  # certain misses from the start
     cadence = max(1, to_ticks(CHECK_EVERY * smallest_iteration(task.engine.latency)))
     last = to_ticks(float(times[-1]))
     deadline = last + to_ticks(DRAIN * drain_limit(lims, vd[meas]))
     arrived = [0]
     requests: List[Request] = []
-    early = task.engine.first_token == "prefill"
 
     def feed() -> Generator[simpy.Event, object, None]:
         for i, (t, p, d) in enumerate(zip(times.tolist(), vp.tolist(), vd.tolist())):
             at = to_ticks(t)
             if at > env.now:
                 yield env.timeout(at - env.now)
+            if never[i]:  # an engine would reject it on arrival: it is not simulated
+                arrived[0] = i + 1
+                continue
             klass = None if classes is None else classes[i]
             r = Request(i, p, d, klass) if ids is None else \
                 prefix_request(i, p, d, klass, ids[i], None, hash_block)
@@ -231,6 +254,9 @@ def run_replication(task: Task) -> Run:
     stopped = [False]
 
     def watch() -> Generator[simpy.Event, object, None]:
+        if task.early_stop and monitor.below(task.target):  # too many never fit
+            stopped[0] = True
+            return
         while True:
             yield env.timeout(cadence)
             monitor.check(now_ticks(env))

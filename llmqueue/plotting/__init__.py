@@ -39,6 +39,7 @@ from llmqueue.plotting.memory import (plot_coprime, plot_memory_boundary, plot_m
 from llmqueue.plotting.network import plot_against_load, plot_agents, plot_backlogs
 from llmqueue.plotting.pending import (animate_pending, plot_latency_cdfs, plot_pending,
                                        plot_pending_zoom)
+from llmqueue.plotting.plans import plot_plans
 from llmqueue.plotting.prefix import (plot_prefix_capacity, plot_prefix_che,
                                       plot_prefix_mooncake)
 from llmqueue.plotting.region import plot_region
@@ -53,6 +54,7 @@ from llmqueue.plotting.validation import plot_validation
 __all__ = ["animate_pending", "animate_storm", "plot_against_load", "plot_agents", "plot_backlogs",
            "plot_capacity", "plot_chunk_sweep", "plot_collapse", "plot_coprime", "plot_heat",
            "plot_latency_cdfs", "plot_limit_cycle", "plot_lines", "plot_memory_boundary",
-           "plot_memory_waste", "plot_pending", "plot_pending_zoom", "plot_prefix_capacity",
-           "plot_prefix_che", "plot_prefix_mooncake", "plot_prefix_routing", "plot_region",
-           "plot_sessions", "plot_storm", "plot_table1", "plot_theorem2", "plot_validation", "save"]
+           "plot_memory_waste", "plot_pending", "plot_pending_zoom", "plot_plans",
+           "plot_prefix_capacity", "plot_prefix_che", "plot_prefix_mooncake", "plot_prefix_routing",
+           "plot_region", "plot_sessions", "plot_storm", "plot_table1", "plot_theorem2",
+           "plot_validation", "save"]
