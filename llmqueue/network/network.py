@@ -20,7 +20,7 @@ from typing import (Any, Callable, Dict, Generator, Hashable, Iterable, List, Op
 
 import simpy
 
-from llmqueue.common import limits, validation
+from llmqueue.common import limits, progress, validation
 from llmqueue.common.units import TICKS_PER_SECOND, UNLIMITED, to_ticks
 from llmqueue.engine.clock import fail_quietly, later_this_instant, now_ticks, wait_until
 from llmqueue.engine.kv import KV
@@ -266,7 +266,10 @@ class Network:
             limits.check_requests(rate, horizon_s, count, initial)
         for engine in self.engines.values():
             engine.until = self.until
-        self.env.run(until=self.until)
+        if self.until is not None and progress.runs_are_shown():
+            self._run_shown(self.until)
+        else:
+            self.env.run(until=self.until)
         while self.until is None and self._drain():
             self.env.run()
         end = self.until if self.until is not None else now_ticks(self.env)
@@ -275,6 +278,17 @@ class Network:
         total = combine(list(self.engines.values()), end)
         return NetworkResult(results, total, end)
 
+
+    def _run_shown(self, until: int) -> None:
+        """Run to ``until`` (ticks) in hundredths, advancing a bar of simulated
+        seconds on the terminal: the same events in the same order (each stop
+        only pauses the clock between two instants' events)."""
+        with progress.bar(until / TICKS_PER_SECOND, "s", True, "network", False) as meter:
+            for k in range(1, 101):
+                stop = until * k // 100
+                if stop > self.env.now:
+                    self.env.run(until=stop)
+                meter.update(round(self.env.now / TICKS_PER_SECOND) - meter.n)
 
     def _drain(self) -> bool:
         """A run without horizon has nothing left to do, but engines that idle
