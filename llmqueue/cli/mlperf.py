@@ -146,11 +146,12 @@ def _table(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
         out = predict_file(rows, overrides, lambda done, total: bar.update(done - bar.n))
     stats = summary(out)
     if plot:
+        from llmqueue.experiments.measurements import summary as errors
         from llmqueue.plotting import plot_validation, save
         done = [r for r in out if r["error"] is not None]
         if not done:
             raise ValueError("--plot: no row of the file could be predicted")
-        save(plot_validation(done, _pooled(done), overrides, key="predicted_tokens_per_s",
+        save(plot_validation(done, errors(done), overrides, key="predicted_tokens_per_s",
                              measured="tokens_per_s", group="scenario",
                              title="MLPerf Llama-2-70B (Server calibrated on Offline), "
                                    "predicted against published"), plot)
@@ -166,7 +167,3 @@ def _table(args: argparse.Namespace, overrides: Dict[str, str]) -> None:
     if stats["unsupported"]:
         print(f"{stats['unsupported']} row(s) unsupported (see the last column)")
 
-
-def _pooled(rows: Any) -> Dict[str, Any]:
-    from llmqueue.experiments.measurements import summary
-    return summary(rows)

@@ -7,7 +7,7 @@ parameter, the value given and what is allowed.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from llmqueue.common.units import MAX_SECONDS, UNLIMITED
 
@@ -49,6 +49,16 @@ def token_text(name: str, text: str, forms: str = "") -> int:
         raise ValueError(f"{name} must be a whole number of tokens from 0 to {MAX_TOKENS} "
                          f"(digits 0-9){forms}; got {shown(text)}")
     return token_count(name, int(digits))
+
+
+def cell(text: str, kind: Callable[[str], Any] = int) -> Any:
+    """A text cell as ``kind`` (``int`` or ``float``), or the text itself when
+    it is not one, for a validator to refuse naming its column:
+    ``positive_int("tp", cell(text))``."""
+    try:
+        return kind(text)
+    except ValueError:
+        return text
 
 
 def _is_int(value: Any) -> bool:

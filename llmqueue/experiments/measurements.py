@@ -111,7 +111,7 @@ def _row(path: str, line: int, row: Sequence[str], at: Mapping[str, int]) -> Mea
         raise ValueError(f"{path}:{line}: expected {len(at)} cells, got {len(row)}")
     cells = {c: row[i].strip() for c, i in at.items()}
     try:
-        tp, isl, osl, requests = (validation.positive_int(c, _int(cells[c]))
+        tp, isl, osl, requests = (validation.positive_int(c, validation.cell(cells[c]))
                                   for c in ("tp", "isl", "osl", "requests"))
         measured = validation.positive_number("output_tokens_per_s",
                                               float(cells["output_tokens_per_s"]))
@@ -121,13 +121,6 @@ def _row(path: str, line: int, row: Sequence[str], at: Mapping[str, int]) -> Mea
         raise ValueError(f"{path}:{line}: output_tokens_per_s must be finite")
     return Measurement(cells["engine"], cells["model"], cells["gpu"], tp,
                        cells["precision"], isl, osl, requests, measured, line)
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a whole number") from None
 
 
 #: The keys a vLLM ``benchmark_serving`` result must hold.

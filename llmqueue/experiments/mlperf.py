@@ -43,7 +43,7 @@ from llmqueue.engine.simulate import simulate
 from llmqueue.experiments.base import (Experiment, engine_kwargs, engine_params, latency_of)
 from llmqueue.experiments.calibration import IterationLog
 from llmqueue.experiments.presets import SERVING_PARAMS
-from llmqueue.hardware.efficiency import FRACTIONS, Efficiency
+from llmqueue.hardware.efficiency import FRACTIONS, TIMES, Efficiency
 from llmqueue.hardware.roofline import Roofline
 from llmqueue.models.mlperf import OUTPUTS, SAMPLES, mlperf_lengths, mlperf_offline
 from llmqueue.planning.plan import PlanResult, plan
@@ -133,7 +133,7 @@ def faster(eff: Efficiency, factor: float) -> Efficiency:
                     + ("weights or KV read faster than HBM allows" if name.startswith("mbu")
                        else "beyond the hardware's peak") + ")")
             values[name] = value * factor
-    for name in ("tau_layer", "t_step", "t_req", "alpha"):
+    for name in TIMES:
         values[name] = getattr(eff, name) / factor
     return replace(eff, **values)
 

@@ -193,30 +193,14 @@ def _text(column: str, text: str) -> str:
     return text
 
 
-def _float(text: str) -> object:
-    """``text`` as a float, or the text itself for the validator to refuse by name."""
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def _int(text: str) -> object:
-    """``text`` as an int, or the text itself for the validator to refuse by name."""
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
 def _number(column: str, text: str) -> float:
     """A number cell: a finite number > 0."""
-    return validation.positive_number(column, _float(text))
+    return validation.positive_number(column, validation.cell(text, float))
 
 
 def _count(column: str, text: str) -> int:
     """A count cell: an integer >= 1."""
-    return validation.positive_int(column, _int(text))
+    return validation.positive_int(column, validation.cell(text))
 
 
 def _scenario(text: str) -> str:
@@ -265,7 +249,7 @@ def _share(text: str) -> Tuple[Optional[float], Optional[float]]:
     if not text:
         return None, None
     utilization = text[:4].lower() == "gmu:"
-    share = _float(text[4:].strip() if utilization else text)
+    share = validation.cell(text[4:].strip() if utilization else text, float)
     if not (isinstance(share, float) and validation.is_number(share) and 0 < share <= 1):
         raise ValueError(f"kv_fraction must be {_SHARE_FORMS}; got {text!r}")
     return (None, share) if utilization else (share, None)

@@ -91,6 +91,14 @@ Lookup = Callable[[Request], Tuple[Optional[int], Optional[int]]]
 Scheduled = Callable[[Request], Optional[int]]
 
 
+def _tpot(r: Request, end: int, first: int) -> float:
+    """``r``'s TPOT if its first token came at ``first`` and its last at ``end``
+    (ticks): the time between, over the tokens after the first; 0 for a request
+    of one output token (it meets any TPOT threshold)."""
+    after = output_tokens(r) - 1
+    return (end - first) / 1e9 / after if after > 0 else 0.0
+
+
 def _fails(r: Request, lim: Dict[str, float], now: int, final: bool, done: Lookup,
            scheduled: Scheduled) -> int:
     """Bits of the gated metrics ``r`` is already certain to miss at ``now``
@@ -100,8 +108,8 @@ def _fails(r: Request, lim: Dict[str, float], now: int, final: bool, done: Looku
         if "ttft" in lim and r.first_token is not None and \
                 (r.first_token - r.arrival) / 1e9 > lim["ttft"]:
             bits |= BIT["ttft"]
-        if "tpot" in lim and output_tokens(r) > 1 and r.first_token is not None and \
-                (r.finished - r.first_token) / 1e9 / (output_tokens(r) - 1) > lim["tpot"]:
+        if "tpot" in lim and r.first_token is not None and \
+                _tpot(r, r.finished, r.first_token) > lim["tpot"]:
             bits |= BIT["tpot"]
         if "e2e" in lim and (r.finished - r.arrival) / 1e9 > lim["e2e"]:
             bits |= BIT["e2e"]
@@ -118,8 +126,7 @@ def _fails(r: Request, lim: Dict[str, float], now: int, final: bool, done: Looku
     age = (now - r.arrival) / 1e9
     if "ttft" in lim and r.prefill_done is None and age > lim["ttft"]:
         bits |= BIT["ttft"]
-    if "tpot" in lim and output_tokens(r) > 1 and r.first_token is not None and \
-            (now - r.first_token) / 1e9 / (output_tokens(r) - 1) > lim["tpot"]:
+    if "tpot" in lim and r.first_token is not None and _tpot(r, now, r.first_token) > lim["tpot"]:
         bits |= BIT["tpot"]
     if "e2e" in lim and age > lim["e2e"]:
         bits |= BIT["e2e"]
